@@ -1,0 +1,125 @@
+-- tinyq store, version 1. Every object is named tinyq_*; nothing else is touched.
+
+CREATE TABLE tinyq_meta (
+  key   TEXT PRIMARY KEY,
+  value ANY
+) WITHOUT ROWID;
+
+CREATE TABLE tinyq_queues (
+  name              TEXT PRIMARY KEY,
+  lease             INTEGER,   -- ms; NULL means the default
+  timeout           INTEGER,
+  attempts          INTEGER,
+  backoff           INTEGER,
+  backoff_max       INTEGER,
+  concurrency       INTEGER,
+  rate_n            INTEGER,
+  rate_ms           INTEGER,
+  group_concurrency INTEGER,
+  group_rate_n      INTEGER,
+  group_rate_ms     INTEGER,
+  dedupe            INTEGER,
+  keep              INTEGER,
+  paused            INTEGER NOT NULL DEFAULT 0
+) WITHOUT ROWID;
+
+CREATE TABLE tinyq_jobs (
+  seq         INTEGER PRIMARY KEY AUTOINCREMENT,  -- add order; never reused
+  id          TEXT NOT NULL UNIQUE,
+  queue       TEXT NOT NULL,
+  status      TEXT NOT NULL CHECK (status IN ('scheduled','queued','running','done','failed','cancelled')),
+  grp         TEXT,
+  priority    INTEGER NOT NULL DEFAULT 0,
+  run_at      INTEGER NOT NULL,
+  attempt     INTEGER NOT NULL DEFAULT 0,   -- number of the latest lease; the fence
+  tries       INTEGER NOT NULL DEFAULT 0,   -- attempts charged against the budget
+  budget      INTEGER,                      -- this job's own attempts; NULL = the queue's
+  lease_until INTEGER,                      -- set while an attempt holds or held an unsettled lease
+  deadline    INTEGER,                      -- the attempt's timeout
+  started_at  INTEGER,
+  worker      TEXT,
+  holder      INTEGER,                      -- tinyq_holders.id of the leasing process
+  payload     ANY,
+  result      ANY,
+  error       TEXT,
+  progress    ANY,
+  created_at  INTEGER NOT NULL,
+  settled_at  INTEGER,
+  expires_at  INTEGER,                      -- done/failed: when the id is freed
+  changed_at  INTEGER NOT NULL,             -- time of the latest state change (for its event)
+  note        ANY                           -- detail of the latest state change (for its event)
+);
+
+-- Claim order (JOB-01) over due jobs.
+CREATE INDEX tinyq_jobs_queued ON tinyq_jobs (queue, priority DESC, run_at, seq, grp)
+  WHERE status = 'queued';
+-- Jobs waiting for their time.
+CREATE INDEX tinyq_jobs_scheduled ON tinyq_jobs (queue, run_at) WHERE status = 'scheduled';
+-- Live and expired leases, with the group for per-group counts.
+CREATE INDEX tinyq_jobs_running ON tinyq_jobs (queue, lease_until, grp) WHERE status = 'running';
+-- Retention and listing of finished jobs.
+CREATE INDEX tinyq_jobs_settled ON tinyq_jobs (queue, status, expires_at)
+  WHERE status IN ('done', 'failed');
+
+CREATE TABLE tinyq_steps (
+  job        INTEGER NOT NULL,   -- tinyq_jobs.seq
+  name       TEXT NOT NULL,
+  value      ANY,
+  attempt    INTEGER NOT NULL,
+  created_at INTEGER NOT NULL,
+  PRIMARY KEY (job, name)
+) WITHOUT ROWID;
+
+CREATE TABLE tinyq_events (
+  seq     INTEGER PRIMARY KEY AUTOINCREMENT,  -- commit order
+  id      TEXT NOT NULL,
+  queue   TEXT NOT NULL,
+  state   TEXT NOT NULL,
+  attempt INTEGER NOT NULL,
+  at      INTEGER NOT NULL,
+  detail  ANY
+);
+CREATE INDEX tinyq_events_queue ON tinyq_events (queue, seq);
+CREATE INDEX tinyq_events_at ON tinyq_events (queue, at);
+
+CREATE TABLE tinyq_starts (
+  queue TEXT NOT NULL,
+  grp   TEXT,
+  at    INTEGER NOT NULL
+);
+CREATE INDEX tinyq_starts_queue ON tinyq_starts (queue, at, grp);
+
+CREATE TABLE tinyq_holders (
+  id      INTEGER PRIMARY KEY,
+  machine TEXT NOT NULL,    -- machine id and boot id
+  pid     INTEGER NOT NULL,
+  started INTEGER NOT NULL, -- process start time, in clock ticks since boot
+  seen_at INTEGER NOT NULL,
+  UNIQUE (machine, pid, started)
+);
+
+-- Events: every state change is logged by these triggers, so no code path can forget one.
+CREATE TRIGGER tinyq_jobs_added AFTER INSERT ON tinyq_jobs BEGIN
+  INSERT INTO tinyq_events (id, queue, state, attempt, at, detail)
+  VALUES (NEW.id, NEW.queue,
+          CASE NEW.status WHEN 'queued' THEN 'waiting' ELSE NEW.status END,
+          NEW.attempt, NEW.changed_at, NEW.note);
+  INSERT OR IGNORE INTO tinyq_queues (name) VALUES (NEW.queue);
+END;
+
+CREATE TRIGGER tinyq_jobs_changed AFTER UPDATE OF status, attempt ON tinyq_jobs
+WHEN OLD.status IS NOT NEW.status OR OLD.attempt IS NOT NEW.attempt BEGIN
+  INSERT INTO tinyq_events (id, queue, state, attempt, at, detail)
+  VALUES (NEW.id, NEW.queue,
+          CASE NEW.status WHEN 'queued' THEN 'waiting' ELSE NEW.status END,
+          NEW.attempt, NEW.changed_at, NEW.note);
+END;
+
+CREATE TRIGGER tinyq_jobs_progressed AFTER UPDATE OF progress ON tinyq_jobs BEGIN
+  INSERT INTO tinyq_events (id, queue, state, attempt, at, detail)
+  VALUES (NEW.id, NEW.queue, 'progress', NEW.attempt, NEW.changed_at, NEW.progress);
+END;
+
+CREATE TRIGGER tinyq_jobs_removed AFTER DELETE ON tinyq_jobs BEGIN
+  DELETE FROM tinyq_steps WHERE job = OLD.seq;
+END;

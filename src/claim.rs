@@ -1,0 +1,197 @@
+//! Claiming: in one write transaction, end what has ended (dead holders, expired leases,
+//! timeouts), make scheduled jobs due, count the limits, and lease the next jobs in order.
+
+use std::collections::HashMap;
+
+use crate::conn::Conn;
+use crate::ffi::{Result, Val};
+use crate::options::{self, Options};
+use crate::queues::{self, Settings};
+use crate::settle::{self, Held, Outcome};
+use crate::{holders, schema, sweep};
+
+/// Most jobs one claim may take.
+pub const MAX_BATCH: i64 = 1000;
+/// Rows of expired data each claim removes on the way (RET-01: an unattended store stays bounded).
+const SWEEP_PER_CLAIM: i64 = 16;
+
+/// One claimed job, as tq_claim returns it.
+pub struct Claimed {
+    pub id: String,
+    pub attempt: i64,
+    pub payload: Val,
+    pub group: Option<String>,
+    pub lease_until: i64,
+    pub deadline: i64,
+}
+
+/// tq_claim(queue, worker, n [, options])
+pub fn tq_claim(conn: &Conn, args: &[Val]) -> Result<Vec<Claimed>> {
+    let queue = options::name("queue", &args[0])?;
+    let worker = options::name("worker", &args[1])?;
+    let n = options::int("n", &args[2], 1, MAX_BATCH)?;
+    let opts = Options::parse(args.get(3), &["lease"])?;
+    let lease = opts.duration("lease")?;
+    if lease == Some(0) {
+        bail!("option \"lease\" must be longer than 0ms");
+    }
+    schema::ensure(conn)?;
+    conn.write_tx(|| {
+        let now = conn.now();
+        let q = queues::load(conn, &queue)?;
+        holders::recover(conn, now)?;
+        end_expired(conn, &q, now)?;
+        make_due(conn, &queue, now)?;
+        sweep::queue(conn, &q, now, SWEEP_PER_CLAIM)?;
+        if q.paused {
+            return Ok(vec![]);
+        }
+        let picked = plan(conn, &q, now, n)?;
+        take(conn, &q, &picked, &worker, lease.unwrap_or(q.lease()), now)
+    })
+}
+
+/// Leases that ran out: the job waits again, or ends as a timeout, or fails for good.
+fn end_expired(conn: &Conn, q: &Settings, now: i64) -> Result<()> {
+    let mut st = conn.query(
+        "SELECT seq, attempt, tries, budget, lease_until >= deadline FROM tinyq_jobs
+         WHERE status = 'running' AND queue = ?1 AND lease_until <= ?2",
+        &[&q.name, &now],
+    )?;
+    let mut ended = vec![];
+    while st.step()? {
+        let job = Held { seq: st.int(0), attempt: st.int(1), tries: st.int(2), budget: st.opt_int(3) };
+        ended.push((job, st.int(4) != 0));
+    }
+    drop(st);
+    for (job, timed_out) in ended {
+        let outcome = if timed_out { Outcome::Error("timeout".into()) } else { Outcome::LeaseExpired };
+        settle::apply(conn, &job, q, outcome, now)?;
+    }
+    Ok(())
+}
+
+/// Scheduled jobs whose time has come join the due jobs (their event is dated run_at).
+fn make_due(conn: &Conn, queue: &str, now: i64) -> Result<()> {
+    conn.exec(
+        "UPDATE tinyq_jobs SET status = 'queued', changed_at = run_at, note = NULL
+         WHERE status = 'scheduled' AND queue = ?1 AND run_at <= ?2",
+        &[&queue, &now],
+    )?;
+    Ok(())
+}
+
+/// Room left under the queue's limits, and per-group usage when groups have limits.
+struct Room {
+    total: i64,
+    groups: Option<HashMap<String, (i64, i64)>>, // group -> (live leases, starts in window)
+}
+
+fn room(conn: &Conn, q: &Settings, now: i64, n: i64) -> Result<Room> {
+    let mut total = n;
+    if let Some(c) = q.concurrency {
+        let live = conn.one_int(
+            "SELECT count(*) FROM tinyq_jobs WHERE status = 'running' AND queue = ?1 AND lease_until > ?2",
+            &[&q.name, &now],
+        )?;
+        total = total.min(c - live.unwrap_or(0));
+    }
+    if let Some((limit, window)) = q.rate {
+        let started = conn.one_int(
+            "SELECT count(*) FROM tinyq_starts WHERE queue = ?1 AND at > ?2",
+            &[&q.name, &(now - window)],
+        )?;
+        total = total.min(limit - started.unwrap_or(0));
+    }
+    let mut groups = None;
+    if q.has_group_limits() && total > 0 {
+        let mut usage: HashMap<String, (i64, i64)> = HashMap::new();
+        if q.group_concurrency.is_some() {
+            let mut st = conn.query(
+                "SELECT grp, count(*) FROM tinyq_jobs
+                 WHERE status = 'running' AND queue = ?1 AND lease_until > ?2 AND grp IS NOT NULL GROUP BY grp",
+                &[&q.name, &now],
+            )?;
+            while st.step()? {
+                usage.entry(st.text(0).unwrap_or_default()).or_default().0 = st.int(1);
+            }
+        }
+        if let Some((_, window)) = q.group_rate {
+            let mut st = conn.query(
+                "SELECT grp, count(*) FROM tinyq_starts
+                 WHERE queue = ?1 AND at > ?2 AND grp IS NOT NULL GROUP BY grp",
+                &[&q.name, &(now - window)],
+            )?;
+            while st.step()? {
+                usage.entry(st.text(0).unwrap_or_default()).or_default().1 = st.int(1);
+            }
+        }
+        groups = Some(usage);
+    }
+    Ok(Room { total, groups })
+}
+
+/// The due jobs to take, in order (JOB-01), within every limit. A job whose group is full
+/// is passed over for this claim only (LIM-02): the next claim looks at it again.
+pub fn plan(conn: &Conn, q: &Settings, now: i64, n: i64) -> Result<Vec<i64>> {
+    let Room { total, mut groups } = room(conn, q, now, n)?;
+    let mut picked = vec![];
+    if total <= 0 {
+        return Ok(picked);
+    }
+    let group_room = |used: &(i64, i64)| {
+        q.group_concurrency.map_or(true, |c| used.0 < c) && q.group_rate.map_or(true, |(r, _)| used.1 < r)
+    };
+    let mut st = conn.query(
+        "SELECT seq, grp FROM tinyq_jobs WHERE status = 'queued' AND queue = ?1 AND run_at <= ?2
+         ORDER BY priority DESC, run_at, seq",
+        &[&q.name, &now],
+    )?;
+    while (picked.len() as i64) < total && st.step()? {
+        if let (Some(usage), Some(g)) = (groups.as_mut(), st.text(1)) {
+            let used = usage.entry(g).or_default();
+            if !group_room(used) {
+                continue;
+            }
+            used.0 += 1;
+            used.1 += 1;
+        }
+        picked.push(st.int(0));
+    }
+    Ok(picked)
+}
+
+/// Leases the picked jobs: each claim is a new attempt, charged now (JOB-03).
+fn take(conn: &Conn, q: &Settings, picked: &[i64], worker: &str, lease: i64, now: i64) -> Result<Vec<Claimed>> {
+    let holder = if picked.is_empty() { None } else { holders::mine(conn, now)? };
+    let deadline = now + q.timeout();
+    let lease_until = (now + lease).min(deadline);
+    let mut out = Vec::with_capacity(picked.len());
+    for seq in picked {
+        let mut st = conn.query(
+            "UPDATE tinyq_jobs SET status = 'running', attempt = attempt + 1, tries = tries + 1,
+                 lease_until = ?2, deadline = ?3, started_at = ?4, worker = ?5, holder = ?6,
+                 changed_at = ?4, note = ?5
+             WHERE seq = ?1
+             RETURNING id, attempt, payload, grp",
+            &[seq, &lease_until, &deadline, &now, &worker, &holder],
+        )?;
+        if st.step()? {
+            out.push(Claimed {
+                id: st.text(0).unwrap_or_default(),
+                attempt: st.int(1),
+                payload: st.val(2),
+                group: st.text(3),
+                lease_until,
+                deadline,
+            });
+        }
+        while st.step()? {}
+        drop(st);
+        if q.counts_starts() {
+            let group = out.last().and_then(|c| c.group.clone());
+            conn.exec("INSERT INTO tinyq_starts (queue, grp, at) VALUES (?1, ?2, ?3)", &[&q.name, &group, &now])?;
+        }
+    }
+    Ok(out)
+}

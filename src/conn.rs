@@ -1,0 +1,328 @@
+//! Per-connection state: the pinned clock, the cache of prepared statements, and what
+//! tinyq has already checked on this connection. Every function registered on a connection
+//! shares one `Conn`. SQLite serializes calls on a connection, so plain cells suffice.
+
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::ffi::{c_char, c_int};
+
+use crate::ffi::{c_text, sqlite3, sqlite3_stmt, Error, Result, Val, SQLITE_DONE, SQLITE_ROW};
+
+const SQLITE_PREPARE_PERSISTENT: u32 = 0x01;
+
+pub struct Conn {
+    pub db: *mut sqlite3,
+    /// The time pinned by tq_clock, if any (REP-01).
+    pub clock: Cell<Option<i64>>,
+    /// Set once this connection has seen the store at the current schema version.
+    pub store_ready: Cell<bool>,
+    /// This process's row in tinyq_holders, once it has one.
+    pub holder: Cell<Option<i64>>,
+    /// When this connection last looked for dead lease holders.
+    pub recovered_at: Cell<Option<i64>>,
+    cache: RefCell<HashMap<&'static str, Vec<*mut sqlite3_stmt>>>,
+    /// True while the `tq_statements` table is connected: its disconnect, which SQLite
+    /// runs before checking for unfinalized statements at close, empties the cache.
+    pub cache_hooked: Cell<bool>,
+}
+
+impl Conn {
+    pub fn new(db: *mut sqlite3) -> Conn {
+        Conn {
+            db,
+            clock: Cell::new(None),
+            store_ready: Cell::new(false),
+            holder: Cell::new(None),
+            recovered_at: Cell::new(None),
+            cache: RefCell::new(HashMap::new()),
+            cache_hooked: Cell::new(false),
+        }
+    }
+
+    /// Milliseconds since the epoch: the pinned clock, else the system clock.
+    pub fn now(&self) -> i64 {
+        self.clock.get().unwrap_or_else(crate::time::system_ms)
+    }
+
+    /// The last error on this connection.
+    pub fn error(&self) -> Error {
+        unsafe { Error { code: sql!(extended_errcode(self.db)), msg: c_text(sql!(errmsg(self.db))) } }
+    }
+
+    /// A prepared statement for `sql`, from the cache when one is free.
+    pub fn prepare(&self, sql: &'static str) -> Result<Stmt<'_>> {
+        if let Some(raw) = self.cache.borrow_mut().get_mut(sql).and_then(Vec::pop) {
+            return Ok(Stmt { conn: self, sql, raw });
+        }
+        let mut raw = std::ptr::null_mut();
+        let rc = unsafe {
+            sql!(prepare_v3(
+                self.db,
+                sql.as_ptr() as *const c_char,
+                sql.len() as c_int,
+                SQLITE_PREPARE_PERSISTENT,
+                &mut raw,
+                std::ptr::null_mut()
+            ))
+        };
+        if rc != 0 || raw.is_null() {
+            let e = self.error();
+            unsafe { sql!(finalize(raw)) };
+            return Err(e);
+        }
+        self.hook_cache();
+        Ok(Stmt { conn: self, sql, raw })
+    }
+
+    /// Prepares, binds and returns a statement ready to step.
+    pub fn query(&self, sql: &'static str, params: &[&dyn Bind]) -> Result<Stmt<'_>> {
+        let mut st = self.prepare(sql)?;
+        for (i, p) in params.iter().enumerate() {
+            st.bind(i as c_int + 1, *p)?;
+        }
+        Ok(st)
+    }
+
+    /// Runs a statement to its end; returns the number of rows it changed.
+    pub fn exec(&self, sql: &'static str, params: &[&dyn Bind]) -> Result<i64> {
+        let mut st = self.query(sql, params)?;
+        while st.step()? {}
+        Ok(unsafe { sql!(changes64(self.db)) })
+    }
+
+    /// The first column of the first row, if there is a row.
+    pub fn one(&self, sql: &'static str, params: &[&dyn Bind]) -> Result<Option<Val>> {
+        let mut st = self.query(sql, params)?;
+        Ok(if st.step()? { Some(st.val(0)) } else { None })
+    }
+
+    /// The first column of the first row as an integer (NULL and no row give None).
+    pub fn one_int(&self, sql: &'static str, params: &[&dyn Bind]) -> Result<Option<i64>> {
+        Ok(match self.one(sql, params)? {
+            Some(Val::Int(i)) => Some(i),
+            _ => None,
+        })
+    }
+
+    /// Makes sure the cache's finalizer is connected before statements are kept.
+    fn hook_cache(&self) {
+        if self.cache_hooked.get() {
+            return;
+        }
+        // Preparing a statement that names the eponymous table connects it.
+        let text = "SELECT 1 FROM tq_statements";
+        let mut raw = std::ptr::null_mut();
+        unsafe {
+            sql!(prepare_v2(self.db, text.as_ptr() as *const c_char, text.len() as c_int, &mut raw, std::ptr::null_mut()));
+            sql!(finalize(raw));
+        }
+    }
+
+    /// Finalizes every cached statement (the connection is closing).
+    pub fn clear_cache(&self) {
+        for (_, stmts) in self.cache.borrow_mut().drain() {
+            for raw in stmts {
+                unsafe { sql!(finalize(raw)) };
+            }
+        }
+    }
+
+    /// The statements held in the cache, for `tq_statements`.
+    pub fn cached_sql(&self) -> Vec<(String, i64)> {
+        let mut v: Vec<_> = self.cache.borrow().iter().map(|(s, l)| (s.to_string(), l.len() as i64)).collect();
+        v.sort();
+        v
+    }
+
+    fn give_back(&self, sql: &'static str, raw: *mut sqlite3_stmt) {
+        unsafe {
+            sql!(reset(raw));
+            sql!(clear_bindings(raw));
+        }
+        if self.cache_hooked.get() {
+            if let Ok(mut cache) = self.cache.try_borrow_mut() {
+                cache.entry(sql).or_default().push(raw);
+                return;
+            }
+        }
+        unsafe { sql!(finalize(raw)) };
+    }
+
+    /// Is a statement that writes running on this connection (a trigger, INSERT ... SELECT)?
+    fn write_in_progress(&self) -> bool {
+        unsafe {
+            let mut p = sql!(next_stmt(self.db, std::ptr::null_mut()));
+            while !p.is_null() {
+                if sql!(stmt_busy(p)) != 0 && sql!(stmt_readonly(p)) == 0 {
+                    return true;
+                }
+                p = sql!(next_stmt(self.db, p));
+            }
+        }
+        false
+    }
+
+    /// Runs `f` atomically, holding the write lock from its first read (see docs/design.md).
+    pub fn write_tx<T>(&self, f: impl FnOnce() -> Result<T>) -> Result<T> {
+        // An UPDATE takes the write lock even when it matches nothing.
+        self.transaction(Some("UPDATE tinyq_meta SET value = value WHERE 0"), f)
+    }
+
+    /// `write_tx`, with the statement that takes the lock inside a caller's transaction.
+    pub fn transaction<T>(&self, lock: Option<&'static str>, f: impl FnOnce() -> Result<T>) -> Result<T> {
+        if self.write_in_progress() {
+            // Inside a writing statement: its transaction is ours, and an error rolls it back.
+            return f();
+        }
+        let autocommit = unsafe { sql!(get_autocommit(self.db)) } != 0;
+        if autocommit {
+            self.exec("BEGIN IMMEDIATE", &[])?;
+            match f() {
+                Ok(v) => match self.exec("COMMIT", &[]) {
+                    Ok(_) => Ok(v),
+                    Err(e) => {
+                        let _ = self.exec("ROLLBACK", &[]);
+                        Err(e)
+                    }
+                },
+                Err(e) => {
+                    let _ = self.exec("ROLLBACK", &[]);
+                    Err(e)
+                }
+            }
+        } else {
+            self.exec("SAVEPOINT tinyq", &[])?;
+            let r = match lock {
+                Some(sql) => self.exec(sql, &[]).and_then(|_| f()),
+                None => f(),
+            };
+            match r {
+                Ok(v) => {
+                    self.exec("RELEASE tinyq", &[])?;
+                    Ok(v)
+                }
+                Err(e) => {
+                    let _ = self.exec("ROLLBACK TO tinyq", &[]);
+                    let _ = self.exec("RELEASE tinyq", &[]);
+                    Err(e)
+                }
+            }
+        }
+    }
+}
+
+/// A prepared statement borrowed from the cache; it goes back, reset, when dropped.
+pub struct Stmt<'c> {
+    conn: &'c Conn,
+    sql: &'static str,
+    raw: *mut sqlite3_stmt,
+}
+
+impl Stmt<'_> {
+    pub fn bind(&mut self, i: c_int, v: &dyn Bind) -> Result<()> {
+        let rc = unsafe { v.bind_to(self.raw, i) };
+        if rc != 0 {
+            return Err(self.conn.error());
+        }
+        Ok(())
+    }
+
+    /// Steps once: true when a row is ready.
+    pub fn step(&mut self) -> Result<bool> {
+        match unsafe { sql!(step(self.raw)) } {
+            SQLITE_ROW => Ok(true),
+            SQLITE_DONE => Ok(false),
+            _ => Err(self.conn.error()),
+        }
+    }
+
+    pub fn val(&self, i: c_int) -> Val {
+        Val::from_raw(unsafe { sql!(column_value(self.raw, i)) })
+    }
+
+    pub fn int(&self, i: c_int) -> i64 {
+        unsafe { sql!(column_int64(self.raw, i)) }
+    }
+
+    pub fn opt_int(&self, i: c_int) -> Option<i64> {
+        match self.val(i) {
+            Val::Int(v) => Some(v),
+            Val::Real(f) => Some(f as i64),
+            _ => None,
+        }
+    }
+
+    pub fn text(&self, i: c_int) -> Option<String> {
+        match self.val(i) {
+            Val::Text(s) => Some(s),
+            Val::Null => None,
+            Val::Int(v) => Some(v.to_string()),
+            Val::Real(f) => Some(f.to_string()),
+            Val::Blob(b) => Some(String::from_utf8_lossy(&b).into_owned()),
+        }
+    }
+}
+
+impl Drop for Stmt<'_> {
+    fn drop(&mut self) {
+        self.conn.give_back(self.sql, self.raw);
+    }
+}
+
+/// Anything that binds to a statement parameter.
+pub trait Bind {
+    /// # Safety
+    /// `raw` must be a live statement.
+    unsafe fn bind_to(&self, raw: *mut sqlite3_stmt, i: c_int) -> c_int;
+}
+
+impl Bind for i64 {
+    unsafe fn bind_to(&self, raw: *mut sqlite3_stmt, i: c_int) -> c_int {
+        sql!(bind_int64(raw, i, *self))
+    }
+}
+
+impl Bind for bool {
+    unsafe fn bind_to(&self, raw: *mut sqlite3_stmt, i: c_int) -> c_int {
+        sql!(bind_int64(raw, i, *self as i64))
+    }
+}
+
+impl Bind for str {
+    unsafe fn bind_to(&self, raw: *mut sqlite3_stmt, i: c_int) -> c_int {
+        sql!(bind_text64(raw, i, self.as_ptr() as *const c_char, self.len() as u64, crate::ffi::transient(), 1))
+    }
+}
+
+impl Bind for &str {
+    unsafe fn bind_to(&self, raw: *mut sqlite3_stmt, i: c_int) -> c_int {
+        (**self).bind_to(raw, i)
+    }
+}
+
+impl Bind for String {
+    unsafe fn bind_to(&self, raw: *mut sqlite3_stmt, i: c_int) -> c_int {
+        self.as_str().bind_to(raw, i)
+    }
+}
+
+impl<T: Bind> Bind for Option<T> {
+    unsafe fn bind_to(&self, raw: *mut sqlite3_stmt, i: c_int) -> c_int {
+        match self {
+            Some(v) => v.bind_to(raw, i),
+            None => sql!(bind_null(raw, i)),
+        }
+    }
+}
+
+impl Bind for Val {
+    unsafe fn bind_to(&self, raw: *mut sqlite3_stmt, i: c_int) -> c_int {
+        match self {
+            Val::Null => sql!(bind_null(raw, i)),
+            Val::Int(v) => v.bind_to(raw, i),
+            Val::Real(f) => sql!(bind_double(raw, i, *f)),
+            Val::Text(s) => s.bind_to(raw, i),
+            Val::Blob(b) => sql!(bind_blob64(raw, i, b.as_ptr() as *const _, b.len() as u64, crate::ffi::transient())),
+        }
+    }
+}

@@ -1,0 +1,52 @@
+//! Scalar functions: tinyq's glue over sqlite3_create_function_v2, so that every call
+//! catches panics, every error starts with the function's name and keeps its code, and the
+//! per-connection state is released when SQLite drops the function.
+
+use std::ffi::{c_int, c_void, CString};
+use std::rc::Rc;
+
+use crate::conn::Conn;
+use crate::ffi::{guard, set_error, set_result, sqlite3, sqlite3_context, sqlite3_value, Error, Out, Result, Val};
+
+pub type Body = fn(&Conn, &[Val]) -> Result<Out>;
+
+const SQLITE_UTF8: c_int = 1;
+pub const DIRECT_ONLY: c_int = 0x0008_0000;
+pub const INNOCUOUS: c_int = 0x0020_0000;
+/// Callable from triggers and views (with trusted_schema on): neither flag.
+pub const TRIGGERS: c_int = 0;
+
+struct Entry {
+    name: &'static str,
+    body: Body,
+    conn: Rc<Conn>,
+}
+
+/// Registers `body` as `name` with `n_args` arguments (-1: any number; the body checks).
+pub fn register(db: *mut sqlite3, conn: &Rc<Conn>, name: &'static str, n_args: c_int, flags: c_int, body: Body) -> Result<()> {
+    let entry = Box::into_raw(Box::new(Entry { name, body, conn: conn.clone() }));
+    let cname = CString::new(name).expect("function name");
+    let rc = unsafe {
+        sql!(create_function_v2(db, cname.as_ptr(), n_args, SQLITE_UTF8 | flags, entry as *mut c_void, Some(call), None, None, Some(destroy)))
+    };
+    if rc != 0 {
+        return Err(Error { code: rc, msg: format!("registering {name}") });
+    }
+    Ok(())
+}
+
+unsafe extern "C" fn call(ctx: *mut sqlite3_context, argc: c_int, argv: *mut *mut sqlite3_value) {
+    let entry = &*(sql!(user_data(ctx)) as *const Entry);
+    let r = guard(|| {
+        let args: Vec<Val> = std::slice::from_raw_parts(argv, argc.max(0) as usize).iter().map(|v| Val::from_raw(*v)).collect();
+        (entry.body)(&entry.conn, &args)
+    });
+    match r {
+        Ok(out) => set_result(ctx, out),
+        Err(e) => set_error(ctx, &Error { code: e.code, msg: format!("{}: {}", entry.name, e.msg) }),
+    }
+}
+
+unsafe extern "C" fn destroy(p: *mut c_void) {
+    let _ = std::panic::catch_unwind(|| drop(Box::from_raw(p as *mut Entry)));
+}

@@ -1,0 +1,209 @@
+//! Jobs: add (idempotent by id), get (with `ahead`), cancel, retry.
+
+use serde_json::json;
+
+use crate::conn::Conn;
+use crate::ffi::{Out, Result, Val};
+use crate::options::{self, Options};
+use crate::{queues, random, schema};
+
+/// Arguments of `tq_add`, checked before anything is written.
+struct NewJob {
+    queue: String,
+    payload: Val,
+    id: Option<String>,
+    at: Option<i64>,
+    delay: Option<i64>,
+    priority: i64,
+    group: Option<String>,
+    attempts: Option<i64>,
+}
+
+fn parse_add(args: &[Val]) -> Result<NewJob> {
+    if args.len() < 2 || args.len() > 3 {
+        bail!("expects (queue, payload [, options])");
+    }
+    let opts = Options::parse(args.get(2), &["id", "at", "delay", "priority", "group", "attempts"])?;
+    let job = NewJob {
+        queue: options::name("queue", &args[0])?,
+        payload: options::data("payload", &args[1], false)?,
+        id: opts.text("id")?,
+        at: opts.time("at")?,
+        delay: opts.duration("delay")?,
+        priority: opts.int("priority", i32::MIN as i64, i32::MAX as i64)?.unwrap_or(0),
+        group: opts.text("group")?,
+        attempts: opts.int("attempts", 1, 1_000_000)?,
+    };
+    if job.at.is_some() && job.delay.is_some() {
+        bail!("give option \"at\" or \"delay\", not both");
+    }
+    if job.id.as_deref().is_some_and(|id| id.starts_with("tq_")) {
+        bail!("option \"id\" must not start with 'tq_': that prefix is reserved for generated ids");
+    }
+    Ok(job)
+}
+
+/// tq_add(queue, payload [, options]) -> id
+pub fn tq_add(conn: &Conn, args: &[Val]) -> Result<Out> {
+    let job = parse_add(args)?;
+    schema::ensure(conn)?;
+    conn.write_tx(|| {
+        let now = conn.now();
+        let run_at = job.at.unwrap_or(now + job.delay.unwrap_or(0));
+        let status = if run_at > now { "scheduled" } else { "queued" };
+        let id = match &job.id {
+            Some(id) => {
+                // An id past its retention window is free again (RET-01).
+                conn.exec(
+                    "DELETE FROM tinyq_jobs WHERE id = ?1 AND status IN ('done', 'failed') AND expires_at <= ?2",
+                    &[id, &now],
+                )?;
+                id.clone()
+            }
+            None => generated_id(conn, now)?,
+        };
+        conn.exec(
+            "INSERT INTO tinyq_jobs (id, queue, status, grp, priority, run_at, budget, payload, created_at, changed_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?9)
+             ON CONFLICT (id) DO NOTHING",
+            &[&id, &job.queue, &status, &job.group, &job.priority, &run_at, &job.attempts, &job.payload, &now],
+        )?;
+        Ok(Out::Text(id))
+    })
+}
+
+fn generated_id(conn: &Conn, now: i64) -> Result<String> {
+    // With a pinned clock the draw is seeded by the next add order (REP-01).
+    let salt = match conn.clock.get() {
+        Some(_) => conn.one_int("SELECT seq FROM sqlite_sequence WHERE name = 'tinyq_jobs'", &[])?.unwrap_or(0) as u64,
+        None => 0,
+    };
+    Ok(random::job_id(now, random::draw(conn, salt * 2), random::draw(conn, salt * 2 + 1)))
+}
+
+/// The state a user sees, from the stored status and the clock.
+pub fn derived_state(status: &str, run_at: i64, now: i64) -> &str {
+    match status {
+        "queued" => "waiting",
+        "scheduled" if run_at <= now => "waiting",
+        s => s,
+    }
+}
+
+/// tq_get(id) -> JSON object or NULL
+pub fn tq_get(conn: &Conn, args: &[Val]) -> Result<Out> {
+    if args.len() != 1 {
+        bail!("expects (id)");
+    }
+    let id = options::name("id", &args[0])?;
+    if !schema::exists(conn)? {
+        return Ok(Out::Null);
+    }
+    let now = conn.now();
+    let mut st = conn.query(
+        "SELECT seq, id, queue, status, grp, priority, attempt, tries, budget, run_at, lease_until, deadline,
+                worker, payload, result, error, progress, created_at, settled_at
+         FROM tinyq_jobs WHERE id = ?1",
+        &[&id],
+    )?;
+    if !st.step()? {
+        return Ok(Out::Null);
+    }
+    let (seq, queue, status) = (st.int(0), st.text(2).unwrap_or_default(), st.text(3).unwrap_or_default());
+    let (priority, run_at) = (st.int(5), st.int(9));
+    let state = derived_state(&status, run_at, now).to_string();
+    let budget = match st.opt_int(8) {
+        Some(b) => b,
+        None => queues::load(conn, &queue)?.attempts(),
+    };
+    let mut obj = json!({
+        "id": st.text(1),
+        "queue": queue,
+        "state": state,
+        "group": st.text(4),
+        "priority": priority,
+        "attempt": st.int(6),
+        "tries": st.int(7),
+        "attempts": budget,
+        "run_at": run_at,
+        "lease_until": st.opt_int(10),
+        "deadline": st.opt_int(11),
+        "worker": st.text(12),
+        "payload": st.val(13).to_json(),
+        "result": st.val(14).to_json(),
+        "error": st.text(15),
+        "progress": st.val(16).to_json(),
+        "created_at": st.int(17),
+        "settled_at": st.opt_int(18),
+    });
+    drop(st);
+    if state == "waiting" {
+        obj["ahead"] = ahead(conn, &queue, priority, run_at, seq, now)?.into();
+    }
+    Ok(Out::Text(obj.to_string()))
+}
+
+/// How many due jobs of the queue start before (priority, run_at, seq), per JOB-01.
+/// Each count walks only the part of an index that lies ahead of the job.
+fn ahead(conn: &Conn, queue: &str, priority: i64, run_at: i64, seq: i64, now: i64) -> Result<i64> {
+    let higher = conn.one_int(
+        "SELECT count(*) FROM tinyq_jobs WHERE status = 'queued' AND queue = ?1 AND priority > ?2",
+        &[&queue, &priority],
+    )?;
+    let same = conn.one_int(
+        "SELECT count(*) FROM tinyq_jobs
+         WHERE status = 'queued' AND queue = ?1 AND priority = ?2 AND (run_at, seq) < (?3, ?4)",
+        &[&queue, &priority, &run_at, &seq],
+    )?;
+    let due_scheduled = conn.one_int(
+        "SELECT count(*) FROM tinyq_jobs
+         WHERE status = 'scheduled' AND queue = ?1 AND run_at <= ?5
+           AND (priority > ?2 OR (priority = ?2 AND (run_at, seq) < (?3, ?4)))",
+        &[&queue, &priority, &run_at, &seq, &now],
+    )?;
+    Ok(higher.unwrap_or(0) + same.unwrap_or(0) + due_scheduled.unwrap_or(0))
+}
+
+/// tq_cancel(id) -> 1 or 0. The job is marked (watchers see `cancelled`) and removed.
+pub fn tq_cancel(conn: &Conn, args: &[Val]) -> Result<Out> {
+    if args.len() != 1 {
+        bail!("expects (id)");
+    }
+    let id = options::name("id", &args[0])?;
+    if !schema::exists(conn)? {
+        return Ok(Out::Int(0));
+    }
+    conn.write_tx(|| {
+        let now = conn.now();
+        let marked = conn.exec(
+            "UPDATE tinyq_jobs SET status = 'cancelled', changed_at = ?2, note = NULL
+             WHERE id = ?1 AND status IN ('scheduled', 'queued', 'running')",
+            &[&id, &now],
+        )?;
+        if marked > 0 {
+            conn.exec("DELETE FROM tinyq_jobs WHERE id = ?1", &[&id])?;
+        }
+        Ok(Out::Int(marked.min(1)))
+    })
+}
+
+/// tq_retry(id) -> 1 or 0: a failed job waits again with a fresh budget.
+pub fn tq_retry(conn: &Conn, args: &[Val]) -> Result<Out> {
+    if args.len() != 1 {
+        bail!("expects (id)");
+    }
+    let id = options::name("id", &args[0])?;
+    if !schema::exists(conn)? {
+        return Ok(Out::Int(0));
+    }
+    conn.write_tx(|| {
+        let now = conn.now();
+        let n = conn.exec(
+            "UPDATE tinyq_jobs SET status = 'queued', tries = 0, run_at = ?2, lease_until = NULL, deadline = NULL,
+                 holder = NULL, settled_at = NULL, expires_at = NULL, changed_at = ?2, note = 'retry'
+             WHERE id = ?1 AND status = 'failed'",
+            &[&id, &now],
+        )?;
+        Ok(Out::Int(n.min(1)))
+    })
+}

@@ -1,0 +1,160 @@
+//! The optional JSON `options` argument, and checks on plain arguments. Every message
+//! names the argument or key; the function wrapper adds the function's name.
+
+use serde_json::{Map, Value};
+
+use crate::ffi::{Error, Result, Val};
+use crate::time;
+
+/// Longest id, queue name, group key or step name, in bytes.
+pub const MAX_NAME: usize = 1000;
+
+pub struct Options(Map<String, Value>);
+
+impl Options {
+    /// Parses `options` (NULL or absent means none) and rejects keys outside `allowed`.
+    pub fn parse(v: Option<&Val>, allowed: &[&str]) -> Result<Options> {
+        let map = match v {
+            None | Some(Val::Null) => Map::new(),
+            Some(Val::Text(s)) => match serde_json::from_str::<Value>(s) {
+                Ok(Value::Object(m)) => m,
+                _ => bail!("options must be a JSON object like '{{\"delay\": \"10s\"}}', not '{}'", clip(s)),
+            },
+            Some(other) => bail!("options must be a JSON object, not {}", other.kind()),
+        };
+        if let Some(k) = map.keys().find(|k| !allowed.contains(&k.as_str())) {
+            bail!("unknown option \"{k}\" (known: {})", allowed.join(", "));
+        }
+        Ok(Options(map))
+    }
+
+    /// Is the key given at all (a null value included)?
+    pub fn present(&self, key: &str) -> bool {
+        self.0.contains_key(key)
+    }
+
+    pub fn has(&self, key: &str) -> bool {
+        self.0.get(key).is_some_and(|v| !v.is_null())
+    }
+
+    fn get(&self, key: &str) -> Option<Val> {
+        match self.0.get(key)? {
+            Value::Null => None,
+            Value::String(s) => Some(Val::Text(s.clone())),
+            Value::Number(n) => Some(n.as_i64().map(Val::Int).unwrap_or(Val::Real(n.as_f64().unwrap_or(f64::NAN)))),
+            Value::Bool(b) => Some(Val::Int(*b as i64)),
+            other => Some(Val::Blob(other.to_string().into_bytes())),
+        }
+    }
+
+    fn raw(&self, key: &str) -> Option<&Value> {
+        self.0.get(key).filter(|v| !v.is_null())
+    }
+
+    pub fn text(&self, key: &str) -> Result<Option<String>> {
+        match self.raw(key) {
+            None => Ok(None),
+            Some(Value::String(s)) => name(&format!("option \"{key}\""), &Val::Text(s.clone())).map(Some),
+            Some(v) => bail!("option \"{key}\" must be text, not {}", json_kind(v)),
+        }
+    }
+
+    pub fn int(&self, key: &str, lo: i64, hi: i64) -> Result<Option<i64>> {
+        match self.raw(key) {
+            None => Ok(None),
+            Some(Value::Number(n)) if n.as_i64().is_some() => {
+                let i = n.as_i64().expect("checked");
+                if i < lo || i > hi {
+                    bail!("option \"{key}\" must be from {lo} to {hi}, not {i}");
+                }
+                Ok(Some(i))
+            }
+            Some(v) => bail!("option \"{key}\" must be an integer, not {}", json_kind(v)),
+        }
+    }
+
+    pub fn bool(&self, key: &str) -> Result<Option<bool>> {
+        match self.raw(key) {
+            None => Ok(None),
+            Some(Value::Bool(b)) => Ok(Some(*b)),
+            Some(v) => bail!("option \"{key}\" must be true or false, not {}", json_kind(v)),
+        }
+    }
+
+    pub fn duration(&self, key: &str) -> Result<Option<i64>> {
+        self.typed(key, time::parse_duration)
+    }
+
+    pub fn time(&self, key: &str) -> Result<Option<i64>> {
+        self.typed(key, time::parse_time)
+    }
+
+    pub fn rate(&self, key: &str) -> Result<Option<(i64, i64)>> {
+        self.typed(key, time::parse_rate)
+    }
+
+    fn typed<T>(&self, key: &str, parse: fn(&Val) -> std::result::Result<T, String>) -> Result<Option<T>> {
+        match (self.raw(key), self.get(key)) {
+            (Some(v @ (Value::Array(_) | Value::Object(_) | Value::Bool(_))), _) => {
+                bail!("option \"{key}\" must not be {}", json_kind(v))
+            }
+            (_, None) => Ok(None),
+            (_, Some(v)) => parse(&v).map(Some).map_err(|e| Error::bad(format!("option \"{key}\": {e}"))),
+        }
+    }
+}
+
+fn json_kind(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+/// The first characters of a long text, for messages.
+pub fn clip(s: &str) -> String {
+    if s.chars().count() <= 60 {
+        s.to_string()
+    } else {
+        format!("{}...", s.chars().take(60).collect::<String>())
+    }
+}
+
+/// A required name (id, queue, group, step, worker): non-empty text up to MAX_NAME bytes.
+pub fn name(what: &str, v: &Val) -> Result<String> {
+    match v {
+        Val::Text(s) if s.is_empty() => bail!("{what} must not be empty"),
+        Val::Text(s) if s.len() > MAX_NAME => bail!("{what} is longer than {MAX_NAME} bytes"),
+        Val::Text(s) if s.contains('\0') => bail!("{what} must not contain a NUL character"),
+        Val::Text(s) => Ok(s.clone()),
+        Val::Blob(_) => bail!("{what} must be valid UTF-8 text, not a blob"),
+        other => bail!("{what} must be text, not {}", other.kind()),
+    }
+}
+
+/// A required integer argument within bounds.
+pub fn int(what: &str, v: &Val, lo: i64, hi: i64) -> Result<i64> {
+    match v {
+        Val::Int(i) if *i >= lo && *i <= hi => Ok(*i),
+        Val::Int(i) => bail!("{what} must be from {lo} to {hi}, not {i}"),
+        Val::Text(s) => match s.trim().parse::<i64>() {
+            Ok(i) => int(what, &Val::Int(i), lo, hi),
+            Err(_) => bail!("{what} must be an integer, not '{}'", clip(s)),
+        },
+        other => bail!("{what} must be an integer, not {}", other.kind()),
+    }
+}
+
+/// A value kept as data (payload, result, progress, step answer): text or a number.
+pub fn data(what: &str, v: &Val, allow_null: bool) -> Result<Val> {
+    match v {
+        Val::Null if allow_null => Ok(Val::Null),
+        Val::Null => bail!("{what} must not be NULL (use '{{}}' for an empty payload)"),
+        Val::Blob(_) => bail!("{what} must be text or a number, not a blob"),
+        v => Ok(v.clone()),
+    }
+}

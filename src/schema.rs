@@ -1,0 +1,83 @@
+//! The store's tables: created on first use from sql/, migrated forward by version.
+//! tinyq records its version in tinyq_meta, never in PRAGMA user_version.
+
+use std::ffi::{c_char, CString};
+
+use crate::conn::Conn;
+use crate::ffi::{c_text, Error, Result, Val};
+
+/// Each migration brings the store to its version; they run in order, once.
+const MIGRATIONS: &[(i64, &str)] = &[(1, include_str!("../sql/001_store.sql"))];
+
+pub fn version() -> i64 {
+    MIGRATIONS.last().map_or(0, |m| m.0)
+}
+
+/// The schema version of the store in this database (0: there is none).
+fn stored_version(conn: &Conn) -> Result<i64> {
+    let has_meta = conn.one_int("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'tinyq_meta'", &[])?;
+    if has_meta.is_none() {
+        return Ok(0);
+    }
+    Ok(conn.one_int("SELECT value FROM tinyq_meta WHERE key = 'schema_version'", &[])?.unwrap_or(0))
+}
+
+/// Is there a store at this tinyq's version? Readers use this and create nothing.
+pub fn exists(conn: &Conn) -> Result<bool> {
+    if conn.store_ready.get() {
+        return Ok(true);
+    }
+    let v = stored_version(conn)?;
+    check_not_newer(v)?;
+    if v == version() {
+        conn.store_ready.set(true);
+    }
+    Ok(v == version())
+}
+
+fn check_not_newer(v: i64) -> Result<()> {
+    if v > version() {
+        bail!("this store has schema version {v}, newer than this tinyq ({}); upgrade tinyq", version());
+    }
+    Ok(())
+}
+
+/// Creates or migrates the store if needed. Writers call this first.
+pub fn ensure(conn: &Conn) -> Result<()> {
+    if exists(conn)? {
+        return Ok(());
+    }
+    conn.transaction(None, || {
+        let v = stored_version(conn)?; // again, now under the write lock
+        check_not_newer(v)?;
+        for (to, script) in MIGRATIONS.iter().filter(|m| m.0 > v) {
+            exec_script(conn, script)?;
+            conn.exec(
+                "INSERT INTO tinyq_meta (key, value) VALUES ('schema_version', ?1)
+                 ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                &[to],
+            )?;
+        }
+        Ok(())
+    })?;
+    conn.store_ready.set(true);
+    Ok(())
+}
+
+/// Runs a script of several statements.
+fn exec_script(conn: &Conn, script: &str) -> Result<()> {
+    let text = CString::new(script).map_err(|_| Error::bad("migration contains NUL"))?;
+    let mut err: *mut c_char = std::ptr::null_mut();
+    let rc = unsafe { sql!(exec(conn.db, text.as_ptr(), None, std::ptr::null_mut(), &mut err)) };
+    if rc != 0 {
+        let e = Error { code: unsafe { sql!(extended_errcode(conn.db)) }, msg: format!("creating the store: {}", c_text(err)) };
+        unsafe { sql!(free(err as *mut _)) };
+        return Err(e);
+    }
+    Ok(())
+}
+
+/// Facts for tq_debug.
+pub fn describe(conn: &Conn) -> Result<Val> {
+    Ok(Val::Int(stored_version(conn)?))
+}

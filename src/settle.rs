@@ -1,0 +1,194 @@
+//! How an attempt ends: settle's five outcomes, and the endings claims find (a lease
+//! that ran out, a timeout). One function moves the job for all of them.
+
+use crate::conn::Conn;
+use crate::ffi::{Out, Result, Val};
+use crate::options;
+use crate::queues::{self, Settings};
+use crate::{random, schema, time};
+
+pub enum Outcome {
+    Done(Val),
+    Error(String),
+    Retry(Option<i64>),
+    Snooze(i64),
+    Fail(String),
+    /// The lease ran out with no settlement: the worker is presumed gone (JOB-04).
+    LeaseExpired,
+}
+
+/// The job fields an ending needs.
+pub struct Held {
+    pub seq: i64,
+    pub attempt: i64,
+    pub tries: i64,
+    pub budget: Option<i64>,
+}
+
+/// Moves the job to where `outcome` sends it.
+pub fn apply(conn: &Conn, job: &Held, q: &Settings, outcome: Outcome, now: i64) -> Result<()> {
+    let budget = job.budget.unwrap_or(q.attempts());
+    let left = job.tries < budget;
+    let backoff = || {
+        let jitter = random::jitter(conn, (job.seq as u64) << 20 ^ job.attempt as u64, 0.1);
+        time::backoff(q.backoff(), q.backoff_max(), job.tries, jitter)
+    };
+    match outcome {
+        Outcome::Done(result) => conn.exec(
+            "UPDATE tinyq_jobs SET status = 'done', result = ?2, lease_until = NULL, holder = NULL,
+                 settled_at = ?3, expires_at = ?4, changed_at = ?3, note = NULL
+             WHERE seq = ?1",
+            &[&job.seq, &result, &now, &(now + q.dedupe())],
+        ),
+        Outcome::Error(msg) if left => again(conn, job.seq, job.tries, now + backoff(), Some(&msg), Val::Text(msg.clone()), now),
+        Outcome::Error(msg) | Outcome::Fail(msg) => fail(conn, job.seq, &msg, q, now),
+        Outcome::Retry(delay) if left => {
+            let delay = delay.unwrap_or_else(backoff);
+            again(conn, job.seq, job.tries, now + delay, None, Val::Int(delay), now)
+        }
+        Outcome::Retry(_) => fail(conn, job.seq, &format!("retried on attempt {} of {budget}: no attempts left", job.tries), q, now),
+        Outcome::Snooze(delay) => again(conn, job.seq, job.tries - 1, now + delay, None, Val::Int(delay), now),
+        Outcome::LeaseExpired if left => conn.exec(
+            // Back in line at its old place; lease_until stays so a late settle still counts.
+            "UPDATE tinyq_jobs SET status = 'queued', holder = NULL, changed_at = ?2, note = 'lease expired'
+             WHERE seq = ?1",
+            &[&job.seq, &now],
+        ),
+        Outcome::LeaseExpired => {
+            let msg = format!("lease expired on attempt {} of {budget}: its leases ran out", job.attempt);
+            fail(conn, job.seq, &msg, q, now)
+        }
+    }?;
+    Ok(())
+}
+
+/// Waits again until `run_at`, with `tries` charged so far.
+fn again(conn: &Conn, seq: i64, tries: i64, run_at: i64, error: Option<&str>, note: Val, now: i64) -> Result<i64> {
+    conn.exec(
+        "UPDATE tinyq_jobs SET status = CASE WHEN ?3 > ?6 THEN 'scheduled' ELSE 'queued' END,
+             tries = ?2, run_at = ?3, error = coalesce(?4, error), note = ?5, changed_at = ?6,
+             lease_until = NULL, deadline = NULL, holder = NULL
+         WHERE seq = ?1",
+        &[&seq, &tries, &run_at, &error, &note, &now],
+    )
+}
+
+fn fail(conn: &Conn, seq: i64, msg: &str, q: &Settings, now: i64) -> Result<i64> {
+    conn.exec(
+        "UPDATE tinyq_jobs SET status = 'failed', error = ?2, note = ?2, lease_until = NULL, holder = NULL,
+             settled_at = ?3, expires_at = ?4, changed_at = ?3
+         WHERE seq = ?1",
+        &[&seq, &msg, &now, &(now + q.keep())],
+    )
+}
+
+fn parse_outcome(outcome: &Val, value: Option<&Val>) -> Result<Outcome> {
+    let Val::Text(name) = outcome else {
+        bail!("outcome must be text ('done', 'error', 'retry', 'snooze' or 'fail'), not {}", outcome.kind());
+    };
+    let value = value.cloned().unwrap_or(Val::Null);
+    let text = |what: &str| -> Result<String> {
+        match &value {
+            Val::Text(s) if !s.trim().is_empty() => Ok(s.clone()),
+            Val::Int(i) => Ok(i.to_string()),
+            Val::Real(f) => Ok(f.to_string()),
+            _ => bail!("outcome '{name}' needs {what} as non-empty text"),
+        }
+    };
+    let delay = |v: &Val| time::parse_duration(v).map_err(|e| crate::ffi::Error::bad(format!("outcome '{name}': {e}")));
+    Ok(match name.as_str() {
+        "done" => Outcome::Done(options::data("result", &value, true)?),
+        "error" => Outcome::Error(text("an error message")?),
+        "fail" => Outcome::Fail(text("a reason")?),
+        "retry" if value.is_null() => Outcome::Retry(None),
+        "retry" => Outcome::Retry(Some(delay(&value)?)),
+        "snooze" if value.is_null() => bail!("outcome 'snooze' needs a delay, like '10m'"),
+        "snooze" => Outcome::Snooze(delay(&value)?),
+        other => bail!("unknown outcome '{}' (expected 'done', 'error', 'retry', 'snooze' or 'fail')", options::clip(other)),
+    })
+}
+
+/// The attempt that holds (or held, unsettled, with nobody after it) the job's lease.
+fn held(conn: &Conn, id: &str, attempt: i64) -> Result<Option<(Held, String)>> {
+    let mut st = conn.query(
+        "SELECT seq, attempt, tries, budget, queue FROM tinyq_jobs
+         WHERE id = ?1 AND attempt = ?2 AND lease_until IS NOT NULL AND status IN ('running', 'queued', 'failed')",
+        &[&id, &attempt],
+    )?;
+    if !st.step()? {
+        return Ok(None);
+    }
+    let job = Held { seq: st.int(0), attempt: st.int(1), tries: st.int(2), budget: st.opt_int(3) };
+    Ok(Some((job, st.text(4).unwrap_or_default())))
+}
+
+fn id_and_attempt(args: &[Val]) -> Result<(String, i64)> {
+    Ok((options::name("id", &args[0])?, options::int("attempt", &args[1], 1, i64::MAX)?))
+}
+
+/// tq_settle(id, attempt, outcome [, value]) -> 1 applied, 0 stale
+pub fn tq_settle(conn: &Conn, args: &[Val]) -> Result<Out> {
+    if args.len() < 3 || args.len() > 4 {
+        bail!("expects (id, attempt, outcome [, value])");
+    }
+    let (id, attempt) = id_and_attempt(args)?;
+    let outcome = parse_outcome(&args[2], args.get(3))?;
+    if !schema::exists(conn)? {
+        return Ok(Out::Int(0));
+    }
+    conn.write_tx(|| {
+        let Some((job, queue)) = held(conn, &id, attempt)? else {
+            return Ok(Out::Int(0));
+        };
+        let q = queues::load(conn, &queue)?;
+        apply(conn, &job, &q, outcome, conn.now())?;
+        Ok(Out::Int(1))
+    })
+}
+
+/// Extends the lease of a running attempt, never past its deadline. None: stop working.
+pub fn extend_lease(conn: &Conn, id: &str, attempt: i64, lease: Option<i64>) -> Result<Option<i64>> {
+    let now = conn.now();
+    let mut st = conn.query(
+        "SELECT queue, deadline FROM tinyq_jobs
+         WHERE id = ?1 AND attempt = ?2 AND status = 'running' AND lease_until IS NOT NULL",
+        &[&id, &attempt],
+    )?;
+    if !st.step()? {
+        return Ok(None);
+    }
+    let (queue, deadline) = (st.text(0).unwrap_or_default(), st.int(1));
+    drop(st);
+    if now >= deadline {
+        return Ok(None);
+    }
+    let lease = match lease {
+        Some(l) => l,
+        None => queues::load(conn, &queue)?.lease(),
+    };
+    let until = (now + lease).min(deadline);
+    conn.exec(
+        "UPDATE tinyq_jobs SET lease_until = ?3 WHERE id = ?1 AND attempt = ?2",
+        &[&id, &attempt, &until],
+    )?;
+    Ok(Some(until))
+}
+
+/// tq_renew(id, attempt [, lease]) -> new lease_until, or NULL
+pub fn tq_renew(conn: &Conn, args: &[Val]) -> Result<Out> {
+    if args.len() < 2 || args.len() > 3 {
+        bail!("expects (id, attempt [, lease])");
+    }
+    let (id, attempt) = id_and_attempt(args)?;
+    let lease = match args.get(2) {
+        None | Some(Val::Null) => None,
+        Some(v) => Some(time::parse_duration(v).map_err(|e| crate::ffi::Error::bad(format!("lease: {e}")))?),
+    };
+    if lease == Some(0) {
+        bail!("lease must be longer than 0ms");
+    }
+    if !schema::exists(conn)? {
+        return Ok(Out::Null);
+    }
+    conn.write_tx(|| Ok(extend_lease(conn, &id, attempt, lease)?.map_or(Out::Null, Out::Int)))
+}

@@ -1,0 +1,73 @@
+//! Steps (JOB-06): answers kept under a job so a later attempt gets them back; and progress.
+
+use crate::conn::Conn;
+use crate::ffi::{Out, Result, Val};
+use crate::settle::extend_lease;
+use crate::{options, schema};
+
+/// tq_step_get(id, name) -> the kept answer or NULL
+pub fn tq_step_get(conn: &Conn, args: &[Val]) -> Result<Out> {
+    if args.len() != 2 {
+        bail!("expects (id, name)");
+    }
+    let id = options::name("id", &args[0])?;
+    let name = options::name("name", &args[1])?;
+    if !schema::exists(conn)? {
+        return Ok(Out::Null);
+    }
+    let kept = conn.one(
+        "SELECT s.value FROM tinyq_steps s JOIN tinyq_jobs j ON s.job = j.seq WHERE j.id = ?1 AND s.name = ?2",
+        &[&id, &name],
+    )?;
+    Ok(Out::Val(kept.unwrap_or(Val::Null)))
+}
+
+/// tq_step_put(id, attempt, name, value) -> the kept answer (the first one wins), or NULL
+/// when the attempt no longer holds the job. Keeping a step also renews the lease.
+pub fn tq_step_put(conn: &Conn, args: &[Val]) -> Result<Out> {
+    if args.len() != 4 {
+        bail!("expects (id, attempt, name, value)");
+    }
+    let id = options::name("id", &args[0])?;
+    let attempt = options::int("attempt", &args[1], 1, i64::MAX)?;
+    let name = options::name("name", &args[2])?;
+    let value = options::data("value", &args[3], true)?;
+    if !schema::exists(conn)? {
+        return Ok(Out::Null);
+    }
+    conn.write_tx(|| {
+        if extend_lease(conn, &id, attempt, None)?.is_none() {
+            return Ok(Out::Null);
+        }
+        let now = conn.now();
+        let kept = conn.one(
+            "INSERT INTO tinyq_steps (job, name, value, attempt, created_at)
+             SELECT seq, ?3, ?4, ?2, ?5 FROM tinyq_jobs WHERE id = ?1
+             ON CONFLICT (job, name) DO UPDATE SET job = job
+             RETURNING value",
+            &[&id, &attempt, &name, &value, &now],
+        )?;
+        Ok(Out::Val(kept.unwrap_or(Val::Null)))
+    })
+}
+
+/// tq_progress(id, attempt, value) -> 1 or 0; watchers see it as a `progress` event.
+pub fn tq_progress(conn: &Conn, args: &[Val]) -> Result<Out> {
+    if args.len() != 3 {
+        bail!("expects (id, attempt, value)");
+    }
+    let id = options::name("id", &args[0])?;
+    let attempt = options::int("attempt", &args[1], 1, i64::MAX)?;
+    let value = options::data("value", &args[2], true)?;
+    if !schema::exists(conn)? {
+        return Ok(Out::Int(0));
+    }
+    conn.write_tx(|| {
+        let n = conn.exec(
+            "UPDATE tinyq_jobs SET progress = ?3, changed_at = ?4
+             WHERE id = ?1 AND attempt = ?2 AND status = 'running' AND lease_until IS NOT NULL",
+            &[&id, &attempt, &value, &conn.now()],
+        )?;
+        Ok(Out::Int(n.min(1)))
+    })
+}

@@ -1,0 +1,62 @@
+//! Retention (RET-01): done jobs keep their id for `dedupe`, failed jobs their error for
+//! `keep`; events live as long as `keep`, starts as long as the longest rate window.
+
+use crate::conn::Conn;
+use crate::ffi::{Out, Result, Val};
+use crate::queues::{self, Settings};
+use crate::{options, schema};
+
+/// Removes up to `limit` rows of one queue that are past their windows; returns how many.
+pub fn queue(conn: &Conn, q: &Settings, now: i64, limit: i64) -> Result<i64> {
+    let mut left = limit;
+    for status in ["done", "failed"] {
+        if left <= 0 {
+            break;
+        }
+        left -= conn.exec(
+            "DELETE FROM tinyq_jobs WHERE seq IN (
+                 SELECT seq FROM tinyq_jobs WHERE status = ?2 AND queue = ?1 AND expires_at <= ?3 LIMIT ?4)",
+            &[&q.name, &status, &now, &left],
+        )?;
+    }
+    if left > 0 {
+        left -= conn.exec(
+            "DELETE FROM tinyq_events WHERE seq IN (
+                 SELECT seq FROM tinyq_events WHERE queue = ?1 AND at < ?2 LIMIT ?3)",
+            &[&q.name, &(now - q.keep()), &left],
+        )?;
+    }
+    if left > 0 {
+        left -= conn.exec(
+            "DELETE FROM tinyq_starts WHERE rowid IN (
+                 SELECT rowid FROM tinyq_starts WHERE queue = ?1 AND at <= ?2 LIMIT ?3)",
+            &[&q.name, &(now - q.longest_window()), &left],
+        )?;
+    }
+    Ok(limit - left)
+}
+
+/// tq_sweep([limit]) -> rows removed, across every queue.
+pub fn tq_sweep(conn: &Conn, args: &[Val]) -> Result<Out> {
+    if args.len() > 1 {
+        bail!("expects ([limit])");
+    }
+    let limit = match args.first() {
+        None | Some(Val::Null) => i64::MAX,
+        Some(v) => options::int("limit", v, 1, i64::MAX)?,
+    };
+    if !schema::exists(conn)? {
+        return Ok(Out::Int(0));
+    }
+    conn.write_tx(|| {
+        let now = conn.now();
+        let mut removed = 0;
+        for q in queues::all(conn)? {
+            removed += queue(conn, &q, now, limit - removed)?;
+            if removed >= limit {
+                break;
+            }
+        }
+        Ok(Out::Int(removed))
+    })
+}

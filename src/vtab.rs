@@ -1,0 +1,316 @@
+//! Table-valued functions (eponymous virtual tables), with tinyq's own glue so that every
+//! callback catches panics, errors keep their SQLite code (SQLITE_BUSY stays BUSY), and the
+//! table that owns the statement cache can empty it when the connection closes.
+
+use std::ffi::{c_char, c_int, c_void, CString};
+use std::rc::Rc;
+use std::sync::Mutex;
+
+use crate::conn::{Conn, Stmt};
+use crate::ffi::{
+    guard, set_result, sqlite3, sqlite3_context, sqlite3_index_info, sqlite3_module, sqlite3_value,
+    sqlite3_vtab, sqlite3_vtab_cursor, sqlite_string, Error, Out, Result, Val, SQLITE_ERROR, SQLITE_OK,
+};
+
+const SQLITE_INDEX_CONSTRAINT_EQ: u8 = 2;
+const SQLITE_VTAB_INNOCUOUS: c_int = 2;
+const SQLITE_VTAB_DIRECTONLY: c_int = 3;
+
+/// Where a table function's rows come from.
+pub enum Rows {
+    Listed(std::vec::IntoIter<Vec<Val>>),
+    /// Streamed from a statement whose columns are the table's visible columns.
+    Query(Stmt<'static>),
+}
+
+impl Rows {
+    pub fn list(rows: Vec<Vec<Val>>) -> Rows {
+        Rows::Listed(rows.into_iter())
+    }
+
+    /// Streams `st`. Safety: the cursor keeps the `Rc<Conn>` alive and drops the rows first.
+    pub fn query(st: Stmt<'_>) -> Rows {
+        Rows::Query(unsafe { std::mem::transmute::<Stmt<'_>, Stmt<'static>>(st) })
+    }
+
+    fn next(&mut self, width: usize) -> Result<Option<Vec<Val>>> {
+        match self {
+            Rows::Listed(it) => Ok(it.next()),
+            Rows::Query(st) => Ok(if st.step()? { Some((0..width as c_int).map(|i| st.val(i)).collect()) } else { None }),
+        }
+    }
+}
+
+/// One table function. Its columns are `COLUMNS`; the ones listed in `FILTERS` (usually
+/// HIDDEN argument columns) are passed to `rows` from `=` constraints, in that order.
+pub trait TableFn: 'static {
+    const NAME: &'static str;
+    /// Visible columns, then hidden ones, as in CREATE TABLE.
+    const SCHEMA: &'static str;
+    const VISIBLE: usize;
+    const FILTERS: &'static [usize];
+    const DIRECT_ONLY: bool;
+    fn rows(conn: &Rc<Conn>, filters: &[Option<Val>]) -> Result<Rows>;
+    /// Called when SQLite disconnects the table (the connection is closing).
+    fn disconnect(_conn: &Conn) {}
+    fn connect(_conn: &Conn) {}
+}
+
+#[repr(C)]
+struct VTab {
+    base: sqlite3_vtab,
+    conn: Rc<Conn>,
+}
+
+#[repr(C)]
+struct Cursor {
+    base: sqlite3_vtab_cursor,
+    rows: Option<Rows>, // dropped before conn: it may borrow it
+    conn: Rc<Conn>,
+    filters: Vec<Option<Val>>,
+    row: Option<Vec<Val>>,
+    rowid: i64,
+    width: usize,
+}
+
+/// A module table that lives as long as the process (SQLite keeps a pointer to it).
+struct Module(&'static sqlite3_module);
+unsafe impl Send for Module {}
+
+fn module<T: TableFn>() -> *const sqlite3_module {
+    static MODULES: Mutex<Vec<(&'static str, Module)>> = Mutex::new(Vec::new());
+    let mut all = MODULES.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((_, m)) = all.iter().find(|(n, _)| *n == T::NAME) {
+        return m.0;
+    }
+    let m: &'static sqlite3_module = Box::leak(Box::new(sqlite3_module {
+        iVersion: 2,
+        xCreate: None,
+        xConnect: Some(x_connect::<T>),
+        xBestIndex: Some(x_best_index::<T>),
+        xDisconnect: Some(x_disconnect::<T>),
+        xDestroy: Some(x_disconnect::<T>),
+        xOpen: Some(x_open::<T>),
+        xClose: Some(x_close),
+        xFilter: Some(x_filter::<T>),
+        xNext: Some(x_next),
+        xEof: Some(x_eof),
+        xColumn: Some(x_column),
+        xRowid: Some(x_rowid),
+        xUpdate: None,
+        xBegin: None,
+        xSync: None,
+        xCommit: None,
+        xRollback: None,
+        xFindFunction: None,
+        xRename: None,
+        xSavepoint: None,
+        xRelease: None,
+        xRollbackTo: None,
+        xShadowName: None,
+    }));
+    all.push((T::NAME, Module(m)));
+    m
+}
+
+/// Registers `T` on the connection.
+pub fn register<T: TableFn>(db: *mut sqlite3, conn: &Rc<Conn>) -> Result<()> {
+    let module = module::<T>();
+    let name = CString::new(T::NAME).expect("table name");
+    let aux = Box::into_raw(Box::new(conn.clone())) as *mut c_void;
+    let rc = unsafe { sql!(create_module_v2(db, name.as_ptr(), module, aux, Some(drop_aux))) };
+    if rc != SQLITE_OK {
+        return Err(Error { code: rc, msg: format!("registering {}", T::NAME) });
+    }
+    Ok(())
+}
+
+unsafe extern "C" fn drop_aux(p: *mut c_void) {
+    let _ = std::panic::catch_unwind(|| drop(Box::from_raw(p as *mut Rc<Conn>)));
+}
+
+/// Runs a callback body; a panic or error becomes a code (and a message on the table).
+unsafe fn run(vtab: *mut sqlite3_vtab, name: &str, f: impl FnOnce() -> Result<()>) -> c_int {
+    match guard(f) {
+        Ok(()) => SQLITE_OK,
+        Err(e) => {
+            if !vtab.is_null() {
+                if !(*vtab).zErrMsg.is_null() {
+                    sql!(free((*vtab).zErrMsg as *mut c_void));
+                }
+                (*vtab).zErrMsg = sqlite_string(&format!("{name}: {}", e.msg));
+            }
+            if e.code == SQLITE_OK { SQLITE_ERROR } else { e.code }
+        }
+    }
+}
+
+unsafe extern "C" fn x_connect<T: TableFn>(
+    db: *mut sqlite3,
+    aux: *mut c_void,
+    _argc: c_int,
+    _argv: *const *const c_char,
+    pp_vtab: *mut *mut sqlite3_vtab,
+    err: *mut *mut c_char,
+) -> c_int {
+    let r = guard(|| {
+        let conn = (*(aux as *mut Rc<Conn>)).clone();
+        let schema = CString::new(T::SCHEMA).expect("schema");
+        let rc = sql!(declare_vtab(db, schema.as_ptr()));
+        if rc != SQLITE_OK {
+            return Err(conn.error());
+        }
+        let flag = if T::DIRECT_ONLY { SQLITE_VTAB_DIRECTONLY } else { SQLITE_VTAB_INNOCUOUS };
+        sql!(vtab_config(db, flag));
+        T::connect(&conn);
+        let vtab = Box::new(VTab { base: std::mem::zeroed(), conn });
+        *pp_vtab = Box::into_raw(vtab) as *mut sqlite3_vtab;
+        Ok(())
+    });
+    match r {
+        Ok(()) => SQLITE_OK,
+        Err(e) => {
+            *err = sqlite_string(&format!("{}: {}", T::NAME, e.msg));
+            SQLITE_ERROR
+        }
+    }
+}
+
+unsafe extern "C" fn x_disconnect<T: TableFn>(vtab: *mut sqlite3_vtab) -> c_int {
+    let _ = guard(|| {
+        let vtab = Box::from_raw(vtab as *mut VTab);
+        T::disconnect(&vtab.conn);
+        Ok(())
+    });
+    SQLITE_OK
+}
+
+/// Passes `=` constraints on the filter columns to xFilter, in FILTERS order.
+unsafe extern "C" fn x_best_index<T: TableFn>(vtab: *mut sqlite3_vtab, info: *mut sqlite3_index_info) -> c_int {
+    run(vtab, T::NAME, || {
+        let info = &mut *info;
+        let cons = std::slice::from_raw_parts(info.aConstraint, info.nConstraint as usize);
+        let usage = std::slice::from_raw_parts_mut(info.aConstraintUsage, info.nConstraint as usize);
+        let mut mask = 0;
+        for (k, &col) in T::FILTERS.iter().enumerate() {
+            if let Some(i) = cons.iter().position(|c| c.iColumn as usize == col && c.op == SQLITE_INDEX_CONSTRAINT_EQ && c.usable != 0) {
+                mask |= 1 << k;
+                usage[i].argvIndex = (mask as u32).count_ones() as c_int;
+                usage[i].omit = 1;
+            }
+        }
+        // A constraint that is present but not usable yet: prefer plans that make it usable.
+        let wanted = T::FILTERS.iter().filter(|&&col| cons.iter().any(|c| c.iColumn as usize == col && c.op == SQLITE_INDEX_CONSTRAINT_EQ)).count();
+        let have = (mask as u32).count_ones() as usize;
+        info.idxNum = mask;
+        info.estimatedCost = if have == wanted { 10.0 / (1 + have) as f64 } else { 1e12 };
+        info.estimatedRows = 100;
+        Ok(())
+    })
+}
+
+unsafe extern "C" fn x_open<T: TableFn>(vtab: *mut sqlite3_vtab, pp: *mut *mut sqlite3_vtab_cursor) -> c_int {
+    run(vtab, T::NAME, || {
+        let conn = (*(vtab as *mut VTab)).conn.clone();
+        let cursor = Box::new(Cursor {
+            base: std::mem::zeroed(),
+            rows: None,
+            conn,
+            filters: vec![],
+            row: None,
+            rowid: 0,
+            width: T::VISIBLE,
+        });
+        *pp = Box::into_raw(cursor) as *mut sqlite3_vtab_cursor;
+        Ok(())
+    })
+}
+
+unsafe extern "C" fn x_close(cur: *mut sqlite3_vtab_cursor) -> c_int {
+    let _ = guard(|| {
+        drop(Box::from_raw(cur as *mut Cursor));
+        Ok(())
+    });
+    SQLITE_OK
+}
+
+unsafe extern "C" fn x_filter<T: TableFn>(
+    cur: *mut sqlite3_vtab_cursor,
+    idx_num: c_int,
+    _idx_str: *const c_char,
+    argc: c_int,
+    argv: *mut *mut sqlite3_value,
+) -> c_int {
+    let c = &mut *(cur as *mut Cursor);
+    run(c.base.pVtab, T::NAME, || {
+        let args = std::slice::from_raw_parts(argv, argc as usize);
+        let mut given = args.iter();
+        c.filters = (0..T::FILTERS.len())
+            .map(|k| if idx_num & (1 << k) != 0 { given.next().map(|v| Val::from_raw(*v)) } else { None })
+            .collect();
+        c.rows = None;
+        c.row = None;
+        c.rowid = 0;
+        let conn = c.conn.clone();
+        c.rows = Some(T::rows(&conn, &c.filters)?);
+        advance(c)
+    })
+}
+
+fn advance(c: &mut Cursor) -> Result<()> {
+    c.row = match c.rows.as_mut() {
+        Some(rows) => rows.next(c.width)?,
+        None => None,
+    };
+    c.rowid += 1;
+    Ok(())
+}
+
+unsafe extern "C" fn x_next(cur: *mut sqlite3_vtab_cursor) -> c_int {
+    let c = &mut *(cur as *mut Cursor);
+    run(c.base.pVtab, "tinyq", || advance(c))
+}
+
+unsafe extern "C" fn x_eof(cur: *mut sqlite3_vtab_cursor) -> c_int {
+    (*(cur as *mut Cursor)).row.is_none() as c_int
+}
+
+unsafe extern "C" fn x_column(cur: *mut sqlite3_vtab_cursor, ctx: *mut sqlite3_context, i: c_int) -> c_int {
+    let c = &*(cur as *mut Cursor);
+    let i = i as usize;
+    let v = if i < c.width {
+        c.row.as_ref().and_then(|r| r.get(i).cloned())
+    } else {
+        // A hidden argument column reads back the argument given.
+        c.filters.get(i - c.width).cloned().flatten()
+    };
+    set_result(ctx, Out::Val(v.unwrap_or(Val::Null)));
+    SQLITE_OK
+}
+
+unsafe extern "C" fn x_rowid(cur: *mut sqlite3_vtab_cursor, rowid: *mut i64) -> c_int {
+    *rowid = (*(cur as *mut Cursor)).rowid;
+    SQLITE_OK
+}
+
+/// `tq_statements`: the prepared statements this connection keeps. Its disconnect, which
+/// SQLite runs at close before it checks for unfinalized statements, finalizes them.
+pub struct Statements;
+
+impl TableFn for Statements {
+    const NAME: &'static str = "tq_statements";
+    const SCHEMA: &'static str = "CREATE TABLE x(sql TEXT, cached INTEGER)";
+    const VISIBLE: usize = 2;
+    const FILTERS: &'static [usize] = &[];
+    const DIRECT_ONLY: bool = false;
+    fn rows(conn: &Rc<Conn>, _: &[Option<Val>]) -> Result<Rows> {
+        Ok(Rows::list(conn.cached_sql().into_iter().map(|(s, n)| vec![Val::Text(s), Val::Int(n)]).collect()))
+    }
+    fn connect(conn: &Conn) {
+        conn.cache_hooked.set(true);
+    }
+    fn disconnect(conn: &Conn) {
+        conn.cache_hooked.set(false);
+        conn.clear_cache();
+    }
+}

@@ -1,0 +1,84 @@
+//! Waiting for work (tq_wait) without holding a lock: poll PRAGMA data_version, which
+//! changes when another connection commits, and wake when a job's time comes.
+
+use std::time::Duration;
+
+use crate::claim;
+use crate::conn::Conn;
+use crate::ffi::{Out, Result, Val};
+use crate::{options, queues, schema, time};
+
+/// The longest a single tq_wait may block.
+const MAX_WAIT_MS: i64 = 3_600_000;
+/// How often a waiter looks for another connection's commit.
+const POLL: Duration = Duration::from_millis(1);
+
+/// Could a claim on `queue` take a job now? (Read-only: the same plan a claim makes.)
+fn claimable(conn: &Conn, queue: &str, now: i64) -> Result<bool> {
+    let q = queues::load(conn, queue)?;
+    if q.paused {
+        return Ok(false);
+    }
+    if !claim::plan(conn, &q, now, 1)?.is_empty() {
+        return Ok(true);
+    }
+    // Due but not yet moved in line, or a lease that ran out: the next claim takes them.
+    let pending = conn.one_int(
+        "SELECT 1 WHERE EXISTS (SELECT 1 FROM tinyq_jobs WHERE status = 'scheduled' AND queue = ?1 AND run_at <= ?2)
+                     OR EXISTS (SELECT 1 FROM tinyq_jobs WHERE status = 'running' AND queue = ?1 AND lease_until <= ?2)",
+        &[&queue, &now],
+    )?;
+    Ok(pending.is_some() && (q.concurrency.is_none() && q.rate.is_none() && !q.has_group_limits()))
+}
+
+/// When something in the queue next becomes due by the clock alone (a scheduled job, a lease).
+fn next_due(conn: &Conn, queue: &str, now: i64) -> Result<Option<i64>> {
+    conn.one_int(
+        "SELECT min(t) FROM (
+             SELECT min(run_at) AS t FROM tinyq_jobs WHERE status = 'scheduled' AND queue = ?1 AND run_at > ?2
+             UNION ALL
+             SELECT min(lease_until) FROM tinyq_jobs WHERE status = 'running' AND queue = ?1 AND lease_until > ?2)",
+        &[&queue, &now],
+    )
+}
+
+/// tq_wait(queue, timeout) -> 1 when a job may be claimable, 0 when the timeout passed.
+pub fn tq_wait(conn: &Conn, args: &[Val]) -> Result<Out> {
+    if args.len() != 2 {
+        bail!("expects (queue, timeout)");
+    }
+    let queue = options::name("queue", &args[0])?;
+    let timeout = time::parse_duration(&args[1]).map_err(|e| crate::ffi::Error::bad(format!("timeout: {e}")))?;
+    if timeout > MAX_WAIT_MS {
+        bail!("timeout must be at most 1h, not {timeout}ms");
+    }
+    if unsafe { crate::sql!(get_autocommit(conn.db)) } == 0 {
+        bail!("call it outside a transaction: inside one it would hold its snapshot while it waits");
+    }
+    let start = time::system_ms();
+    let version = |c: &Conn| c.one_int("PRAGMA data_version", &[]);
+    let seen = version(conn)?;
+    let mut wake_at = start + timeout;
+    if schema::exists(conn)? {
+        let now = conn.now();
+        if claimable(conn, &queue, now)? {
+            return Ok(Out::Int(1));
+        }
+        if let Some(due) = next_due(conn, &queue, now)? {
+            wake_at = wake_at.min(start + (due - now));
+            if due - now <= 0 {
+                return Ok(Out::Int(1));
+            }
+        }
+    }
+    loop {
+        let wall = time::system_ms();
+        if version(conn)? != seen {
+            return Ok(Out::Int(1));
+        }
+        if wall >= wake_at {
+            return Ok(Out::Int((wall < start + timeout) as i64));
+        }
+        std::thread::sleep(POLL.min(Duration::from_millis((wake_at - wall) as u64)));
+    }
+}

@@ -1,0 +1,90 @@
+"""Shared fixtures: every test loads the real dist/tinyq.so through a real driver.
+
+Run with Debian's /usr/bin/python3 (its sqlite3 module can load extensions).
+"""
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+EXT = os.path.join(ROOT, "dist", "tinyq")          # SQLite adds the .so itself
+SO = EXT + ".so"
+
+
+def connect(path, busy_ms=5000):
+    """A connection the way a worker opens one: tinyq loaded, WAL, busy timeout, autocommit."""
+    conn = sqlite3.connect(path, isolation_level=None, timeout=busy_ms / 1000)
+    conn.enable_load_extension(True)
+    conn.load_extension(EXT)
+    conn.enable_load_extension(False)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA synchronous=NORMAL")
+    return conn
+
+
+def one(conn, sql, *args):
+    """The single value a query returns."""
+    row = conn.execute(sql, args).fetchone()
+    return None if row is None else row[0]
+
+
+def get(conn, job_id):
+    """tq_get as a dict (or None)."""
+    text = one(conn, "SELECT tq_get(?)", job_id)
+    return None if text is None else json.loads(text)
+
+
+def claim(conn, queue, worker="w1", n=1, options=None):
+    """tq_claim's rows as dicts."""
+    if options is None:
+        cur = conn.execute("SELECT * FROM tq_claim(?, ?, ?)", (queue, worker, n))
+    else:
+        cur = conn.execute("SELECT * FROM tq_claim(?, ?, ?, ?)",
+                           (queue, worker, n, json.dumps(options)))
+    cols = [c[0] for c in cur.description]
+    return [dict(zip(cols, row)) for row in cur.fetchall()]
+
+
+def snapshot(conn):
+    """Every row of every tinyq_* table: to assert that a failed call changed nothing."""
+    tables = [r[0] for r in conn.execute(
+        "SELECT name FROM sqlite_master WHERE type='table' AND name LIKE 'tinyq%' ORDER BY name")]
+    return {t: conn.execute(f'SELECT * FROM "{t}" ORDER BY rowid').fetchall() for t in tables}
+
+
+def shell(db_path, *sql, check=True):
+    """Run statements through the sqlite3 shell with tinyq loaded; returns the CompletedProcess."""
+    args = ["sqlite3", "-bail", db_path, f".load {EXT}"] + list(sql)
+    proc = subprocess.run(args, capture_output=True, text=True, timeout=60)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"sqlite3 failed ({proc.returncode}): {proc.stderr}")
+    return proc
+
+
+def run_python(code, *args, timeout=60):
+    """Run a snippet in a fresh Debian python3 process (for crash and concurrency tests)."""
+    env = dict(os.environ, TINYQ_EXT=EXT, PYTHONPATH=os.path.join(ROOT, "tests"))
+    return subprocess.run(["/usr/bin/python3", "-c", code, *args], capture_output=True,
+                          text=True, timeout=timeout, env=env)
+
+
+@pytest.fixture
+def db_path(tmp_path):
+    return str(tmp_path / "store.db")
+
+
+@pytest.fixture
+def db(db_path):
+    conn = connect(db_path)
+    yield conn
+    conn.close()
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _built():
+    assert os.path.exists(SO), f"{SO} is missing: run `make` first"
+    assert sys.version_info >= (3, 9)
