@@ -30,7 +30,7 @@ pub fn exists(conn: &Conn) -> Result<bool> {
     let v = stored_version(conn)?;
     check_not_newer(v)?;
     if v == version() {
-        conn.store_ready.set(true);
+        remember(conn);
     }
     Ok(v == version())
 }
@@ -60,8 +60,16 @@ pub fn ensure(conn: &Conn) -> Result<()> {
         }
         Ok(())
     })?;
-    conn.store_ready.set(true);
+    remember(conn);
     Ok(())
+}
+
+/// Caches "the store is here" only once it is committed: inside a transaction the
+/// caller may still roll its creation back.
+fn remember(conn: &Conn) {
+    if unsafe { crate::sql!(get_autocommit(conn.db)) } != 0 {
+        conn.store_ready.set(true);
+    }
 }
 
 /// Runs a script of several statements.
