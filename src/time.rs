@@ -99,6 +99,9 @@ pub fn parse_rate(v: &Val) -> Result<(i64, i64), String> {
         return Err(format!("bad rate '{s}': N must be at least 1"));
     }
     let per = per.trim();
+    if !per.ends_with(|c: char| c.is_ascii_alphabetic()) {
+        return Err(bad());
+    }
     let per = if per.starts_with(|c: char| c.is_ascii_digit()) { per.to_string() } else { format!("1{per}") };
     let ms = parse_duration_text(&per).map_err(|_| bad())?;
     if ms < 1 {
@@ -166,7 +169,7 @@ mod tests {
         assert_eq!(parse_rate(&Val::Text("10/s".into())), Ok((10, 1000)));
         assert_eq!(parse_rate(&Val::Text("600/1m".into())), Ok((600, 60_000)));
         assert_eq!(parse_rate(&Val::Text(format_rate(5, 2500))), Ok((5, 2500)));
-        for bad in ["10", "0/s", "x/s", "10/", "10/0s", "10/parsec"] {
+        for bad in ["10", "0/s", "x/s", "10/", "10/5", "10/0s", "10/parsec"] {
             assert!(parse_rate(&Val::Text(bad.into())).is_err(), "{bad}");
         }
     }
