@@ -1,5 +1,8 @@
 //! Who holds leases: one row per process, so that the next process can tell a dead holder
 //! from a live one on the same machine and end its leases at once (DUR-02).
+//!
+//! With the clock pinned (tq_clock), nothing here runs: a replayed statement must not
+//! depend on which process runs it (REP-01), and such leases simply run out.
 
 use std::sync::OnceLock;
 
@@ -40,6 +43,9 @@ fn start_ticks(pid: i64) -> Option<i64> {
 /// This process's holder id, registering it on first use (None where processes can't be
 /// told apart, e.g. without /proc: there leases simply run out).
 pub fn mine(conn: &Conn, now: i64) -> Result<Option<i64>> {
+    if conn.clock.get().is_some() {
+        return Ok(None);
+    }
     if let Some(h) = conn.holder.get() {
         return Ok(Some(h));
     }
@@ -57,7 +63,7 @@ pub fn mine(conn: &Conn, now: i64) -> Result<Option<i64>> {
 /// Ends the leases of holders that are dead: same boot and no process with that pid and
 /// start time, or the same machine booted since. Runs at most once a second per connection.
 pub fn recover(conn: &Conn, now: i64) -> Result<()> {
-    let Some(me) = me() else { return Ok(()) };
+    let Some(me) = me().filter(|_| conn.clock.get().is_none()) else { return Ok(()) };
     let wall = crate::time::system_ms();
     if conn.recovered_at.get().is_some_and(|t| (0..1000).contains(&(wall - t))) {
         return Ok(());
