@@ -24,7 +24,7 @@ CREATE TABLE tinyq_queues (
 ) WITHOUT ROWID;
 
 CREATE TABLE tinyq_jobs (
-  seq         INTEGER PRIMARY KEY AUTOINCREMENT,  -- add order; never reused
+  seq         INTEGER PRIMARY KEY,                -- add order
   id          TEXT NOT NULL UNIQUE,
   queue       TEXT NOT NULL,
   status      TEXT NOT NULL CHECK (status IN ('scheduled','queued','running','done','failed','cancelled')),
@@ -71,7 +71,7 @@ CREATE TABLE tinyq_steps (
 ) WITHOUT ROWID;
 
 CREATE TABLE tinyq_events (
-  seq     INTEGER PRIMARY KEY AUTOINCREMENT,  -- commit order
+  seq     INTEGER PRIMARY KEY,  -- commit order; the newest event is never swept, so it only grows
   id      TEXT NOT NULL,
   queue   TEXT NOT NULL,
   state   TEXT NOT NULL,
@@ -79,8 +79,6 @@ CREATE TABLE tinyq_events (
   at      INTEGER NOT NULL,
   detail  ANY
 );
-CREATE INDEX tinyq_events_queue ON tinyq_events (queue, seq);
-CREATE INDEX tinyq_events_at ON tinyq_events (queue, at);
 
 CREATE TABLE tinyq_starts (
   queue TEXT NOT NULL,

@@ -4,6 +4,7 @@
 
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
 use std::ffi::{c_char, c_int};
 
 use crate::ffi::{c_text, sqlite3, sqlite3_stmt, Error, Result, Val, SQLITE_DONE, SQLITE_ROW};
@@ -20,7 +21,7 @@ pub struct Conn {
     pub holder: Cell<Option<i64>>,
     /// When this connection last looked for dead lease holders.
     pub recovered_at: Cell<Option<i64>>,
-    cache: RefCell<HashMap<&'static str, Vec<*mut sqlite3_stmt>>>,
+    cache: RefCell<HashMap<SqlKey, Vec<*mut sqlite3_stmt>, BuildHasherDefault<AddressHasher>>>,
     /// True while the `tq_statements` table is connected: its disconnect, which SQLite
     /// runs before checking for unfinalized statements at close, empties the cache.
     pub cache_hooked: Cell<bool>,
@@ -34,7 +35,7 @@ impl Conn {
             store_ready: Cell::new(false),
             holder: Cell::new(None),
             recovered_at: Cell::new(None),
-            cache: RefCell::new(HashMap::new()),
+            cache: RefCell::new(HashMap::default()),
             cache_hooked: Cell::new(false),
         }
     }
@@ -51,7 +52,7 @@ impl Conn {
 
     /// A prepared statement for `sql`, from the cache when one is free.
     pub fn prepare(&self, sql: &'static str) -> Result<Stmt<'_>> {
-        if let Some(raw) = self.cache.borrow_mut().get_mut(sql).and_then(Vec::pop) {
+        if let Some(raw) = self.cache.borrow_mut().get_mut(&SqlKey(sql)).and_then(Vec::pop) {
             return Ok(Stmt { conn: self, sql, raw });
         }
         let mut raw = std::ptr::null_mut();
@@ -129,7 +130,7 @@ impl Conn {
 
     /// The statements held in the cache, for `tq_statements`.
     pub fn cached_sql(&self) -> Vec<(String, i64)> {
-        let mut v: Vec<_> = self.cache.borrow().iter().map(|(s, l)| (s.to_string(), l.len() as i64)).collect();
+        let mut v: Vec<_> = self.cache.borrow().iter().map(|(s, l)| (s.0.to_string(), l.len() as i64)).collect();
         v.sort();
         v
     }
@@ -141,7 +142,7 @@ impl Conn {
         }
         if self.cache_hooked.get() {
             if let Ok(mut cache) = self.cache.try_borrow_mut() {
-                cache.entry(sql).or_default().push(raw);
+                cache.entry(SqlKey(sql)).or_default().push(raw);
                 return;
             }
         }
@@ -208,6 +209,40 @@ impl Conn {
                 }
             }
         }
+    }
+}
+
+/// A statement's SQL, compared and hashed by address: every statement is a literal in the
+/// code, so one address is one statement, and hashing the text on every call is wasted work.
+#[derive(Clone, Copy)]
+struct SqlKey(&'static str);
+
+impl PartialEq for SqlKey {
+    fn eq(&self, other: &Self) -> bool {
+        std::ptr::eq(self.0, other.0)
+    }
+}
+impl Eq for SqlKey {}
+impl std::hash::Hash for SqlKey {
+    fn hash<H: Hasher>(&self, h: &mut H) {
+        h.write_usize(self.0.as_ptr() as usize);
+    }
+}
+
+#[derive(Default)]
+struct AddressHasher(u64);
+
+impl Hasher for AddressHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 = (self.0 ^ *b as u64).wrapping_mul(0x100_0000_01B3);
+        }
+    }
+    fn write_usize(&mut self, n: usize) {
+        self.0 = (n as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+    fn finish(&self) -> u64 {
+        self.0
     }
 }
 

@@ -75,7 +75,7 @@ pub fn tq_add(conn: &Conn, args: &[Val]) -> Result<Out> {
 fn generated_id(conn: &Conn, now: i64) -> Result<String> {
     // With a pinned clock the draw is seeded by the next add order (REP-01).
     let salt = match conn.clock.get() {
-        Some(_) => conn.one_int("SELECT seq FROM sqlite_sequence WHERE name = 'tinyq_jobs'", &[])?.unwrap_or(0) as u64,
+        Some(_) => conn.one_int("SELECT max(seq) FROM tinyq_jobs", &[])?.unwrap_or(0) as u64,
         None => 0,
     };
     Ok(random::job_id(now, random::draw(conn, salt * 2), random::draw(conn, salt * 2 + 1)))

@@ -11,6 +11,8 @@ const KEYS: &[&str] = &[
     "group_concurrency", "group_rate", "dedupe", "keep", "paused",
 ];
 
+pub const DEFAULT_KEEP: i64 = 7 * 86_400_000;
+
 /// A queue's settings as stored: None means "the default".
 #[derive(Clone, Debug, Default)]
 pub struct Settings {
@@ -49,7 +51,7 @@ impl Settings {
         self.dedupe.unwrap_or(86_400_000)
     }
     pub fn keep(&self) -> i64 {
-        self.keep.unwrap_or(7 * 86_400_000)
+        self.keep.unwrap_or(DEFAULT_KEEP)
     }
     /// Does any limit need the starts log?
     pub fn counts_starts(&self) -> bool {

@@ -1,5 +1,5 @@
 //! Retention (RET-01): done jobs keep their id for `dedupe`, failed jobs their error for
-//! `keep`; events live as long as `keep`, starts as long as the longest rate window.
+//! `keep`; events live as long as the longest `keep`, starts as long as the longest rate window.
 
 use crate::conn::Conn;
 use crate::ffi::{Out, Result, Val};
@@ -9,21 +9,19 @@ use crate::{options, schema};
 /// Removes up to `limit` rows of one queue that are past their windows; returns how many.
 pub fn queue(conn: &Conn, q: &Settings, now: i64, limit: i64) -> Result<i64> {
     let mut left = limit;
-    for status in ["done", "failed"] {
-        if left <= 0 {
-            break;
-        }
-        left -= conn.exec(
-            "DELETE FROM tinyq_jobs WHERE seq IN (
-                 SELECT seq FROM tinyq_jobs WHERE status = ?2 AND queue = ?1 AND expires_at <= ?3 LIMIT ?4)",
-            &[&q.name, &status, &now, &left],
-        )?;
-    }
+    left -= conn.exec(
+        "DELETE FROM tinyq_jobs WHERE seq IN (
+             SELECT seq FROM tinyq_jobs WHERE status IN ('done', 'failed') AND queue = ?1 AND expires_at <= ?2 LIMIT ?3)",
+        &[&q.name, &now, &left],
+    )?;
     if left > 0 {
+        // Events go oldest first, store-wide: they are in time order, so only the head of
+        // the log is looked at. They live as long as the longest `keep` of any queue. The
+        // newest event always stays, so that seq (a rowid) never goes back for watchers.
         left -= conn.exec(
-            "DELETE FROM tinyq_events WHERE seq IN (
-                 SELECT seq FROM tinyq_events WHERE queue = ?1 AND at < ?2 LIMIT ?3)",
-            &[&q.name, &(now - q.keep()), &left],
+            "DELETE FROM tinyq_events WHERE seq IN (SELECT seq FROM tinyq_events ORDER BY seq LIMIT ?2)
+               AND seq < (SELECT max(seq) FROM tinyq_events) AND at < ?1 - (SELECT max(coalesce(keep, ?3)) FROM tinyq_queues)",
+            &[&now, &left, &crate::queues::DEFAULT_KEEP],
         )?;
     }
     if left > 0 {

@@ -65,7 +65,7 @@ impl TableFn for Watch {
             )?,
             Some(q) => conn.query(
                 "SELECT seq, id, queue, state, attempt, at, detail FROM tinyq_events
-                 WHERE queue = ?2 AND seq > ?1 ORDER BY seq",
+                 WHERE seq > ?1 AND queue = ?2 ORDER BY seq",
                 &[&since, q],
             )?,
         };
