@@ -24,7 +24,8 @@ loadable: $(EXT)
 $(EXT): deps $(shell find src sql -type f 2>/dev/null) Cargo.toml
 	$(CARGO) build --release --lib
 	@mkdir -p dist
-	cp target/release/libtinyq.so $(EXT)
+	@# copy then rename: a process that has the old file loaded keeps a valid mapping
+	cp target/release/libtinyq.so $(EXT).tmp && mv -f $(EXT).tmp $(EXT)
 
 demo: $(EXT)
 	$(PY) examples/demo.py

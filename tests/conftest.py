@@ -53,7 +53,7 @@ def snapshot(conn):
     """Every row of every tinyq_* table: to assert that a failed call changed nothing."""
     tables = [r[0] for r in conn.execute(
         "SELECT name FROM sqlite_master WHERE type='table' AND name LIKE 'tinyq%' ORDER BY name")]
-    return {t: conn.execute(f'SELECT * FROM "{t}" ORDER BY rowid').fetchall() for t in tables}
+    return {t: sorted(conn.execute(f'SELECT * FROM "{t}"').fetchall(), key=repr) for t in tables}
 
 
 def shell(db_path, *sql, check=True):
