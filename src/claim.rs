@@ -8,7 +8,7 @@ use crate::ffi::{Result, Val};
 use crate::options::{self, Options};
 use crate::queues::{self, Settings};
 use crate::settle::{self, Held, Outcome};
-use crate::{holders, schema, sweep};
+use crate::{holders, sweep};
 
 /// Most jobs one claim may take.
 pub const MAX_BATCH: i64 = 1000;
@@ -25,29 +25,44 @@ pub struct Claimed {
     pub deadline: i64,
 }
 
-/// tq_claim(queue, worker, n [, options])
-pub fn tq_claim(conn: &Conn, args: &[Val]) -> Result<Vec<Claimed>> {
-    let queue = options::name("queue", &args[0])?;
-    let worker = options::name("worker", &args[1])?;
-    let n = options::int("n", &args[2], 1, MAX_BATCH)?;
+/// The checked arguments of tq_claim(queue, worker, n [, options]).
+pub struct Request {
+    queue: String,
+    worker: String,
+    n: i64,
+    lease: Option<i64>,
+}
+
+pub fn parse(args: &[Val]) -> Result<Request> {
     let opts = Options::parse(args.get(3), &["lease"])?;
-    let lease = opts.duration("lease")?;
-    if lease == Some(0) {
+    let req = Request {
+        queue: options::name("queue", &args[0])?,
+        worker: options::name("worker", &args[1])?,
+        n: options::int("n", &args[2], 1, MAX_BATCH)?,
+        lease: opts.duration("lease")?,
+    };
+    if req.lease == Some(0) {
         bail!("option \"lease\" must be longer than 0ms");
     }
-    schema::ensure(conn)?;
+    Ok(req)
+}
+
+/// Claims on `conn`, in one write transaction.
+pub fn run(conn: &Conn, req: &Request) -> Result<Vec<Claimed>> {
+    let Request { queue, worker, n, lease } = req;
+    let (n, lease) = (*n, *lease);
     conn.write_tx(|| {
         let now = conn.now();
-        let q = queues::load(conn, &queue)?;
+        let q = queues::load(conn, queue)?;
         holders::recover(conn, now)?;
         end_expired(conn, &q, now)?;
-        make_due(conn, &queue, now)?;
+        make_due(conn, queue, now)?;
         sweep::queue(conn, &q, now, SWEEP_PER_CLAIM)?;
         if q.paused {
             return Ok(vec![]);
         }
         let picked = plan(conn, &q, now, n)?;
-        take(conn, &q, &picked, &worker, lease.unwrap_or(q.lease()), now)
+        take(conn, &q, &picked, worker, lease.unwrap_or(q.lease()), now)
     })
 }
 

@@ -150,7 +150,7 @@ impl Conn {
     }
 
     /// Is a statement that writes running on this connection (a trigger, INSERT ... SELECT)?
-    fn write_in_progress(&self) -> bool {
+    pub fn write_in_progress(&self) -> bool {
         unsafe {
             let mut p = sql!(next_stmt(self.db, std::ptr::null_mut()));
             while !p.is_null() {
@@ -163,14 +163,30 @@ impl Conn {
         false
     }
 
-    /// Runs `f` atomically, holding the write lock from its first read (see docs/design.md).
+    /// Runs `f` atomically on the store (created first if need be), holding the write lock
+    /// from its first read (see docs/design.md). Writers call nothing that reads before it:
+    /// within a statement, a read of `main` keeps a snapshot open until the statement ends,
+    /// and a connection holding a snapshot cannot wait for the write lock.
     pub fn write_tx<T>(&self, f: impl FnOnce() -> Result<T>) -> Result<T> {
-        // An UPDATE takes the write lock even when it matches nothing.
-        self.transaction(Some("UPDATE tinyq_meta SET value = value WHERE 0"), f)
+        let own = self.autocommit() && !self.write_in_progress();
+        self.transaction(|| {
+            crate::schema::ensure(self)?;
+            if !own {
+                // In the caller's transaction: an UPDATE takes the write lock even when it
+                // matches nothing.
+                self.exec("UPDATE tinyq_meta SET value = value WHERE 0", &[])?;
+            }
+            f()
+        })
     }
 
-    /// `write_tx`, with the statement that takes the lock inside a caller's transaction.
-    pub fn transaction<T>(&self, lock: Option<&'static str>, f: impl FnOnce() -> Result<T>) -> Result<T> {
+    pub fn autocommit(&self) -> bool {
+        unsafe { sql!(get_autocommit(self.db)) != 0 }
+    }
+
+    /// Runs `f` atomically: in its own BEGIN IMMEDIATE transaction in autocommit, in a
+    /// SAVEPOINT inside the caller's transaction, or as part of a writing statement.
+    pub fn transaction<T>(&self, f: impl FnOnce() -> Result<T>) -> Result<T> {
         if self.write_in_progress() {
             // Inside a writing statement: its transaction is ours, and an error rolls it back.
             return f();
@@ -193,11 +209,7 @@ impl Conn {
             }
         } else {
             self.exec("SAVEPOINT tinyq", &[])?;
-            let r = match lock {
-                Some(sql) => self.exec(sql, &[]).and_then(|_| f()),
-                None => f(),
-            };
-            match r {
+            match f() {
                 Ok(v) => {
                     self.exec("RELEASE tinyq", &[])?;
                     Ok(v)

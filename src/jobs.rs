@@ -46,7 +46,6 @@ fn parse_add(args: &[Val]) -> Result<NewJob> {
 /// tq_add(queue, payload [, options]) -> id
 pub fn tq_add(conn: &Conn, args: &[Val]) -> Result<Out> {
     let job = parse_add(args)?;
-    schema::ensure(conn)?;
     conn.write_tx(|| {
         let now = conn.now();
         let run_at = job.at.unwrap_or(now + job.delay.unwrap_or(0));
@@ -170,9 +169,6 @@ pub fn tq_cancel(conn: &Conn, args: &[Val]) -> Result<Out> {
         bail!("expects (id)");
     }
     let id = options::name("id", &args[0])?;
-    if !schema::exists(conn)? {
-        return Ok(Out::Int(0));
-    }
     conn.write_tx(|| {
         let now = conn.now();
         let marked = conn.exec(
@@ -193,9 +189,6 @@ pub fn tq_retry(conn: &Conn, args: &[Val]) -> Result<Out> {
         bail!("expects (id)");
     }
     let id = options::name("id", &args[0])?;
-    if !schema::exists(conn)? {
-        return Ok(Out::Int(0));
-    }
     conn.write_tx(|| {
         let now = conn.now();
         let n = conn.exec(

@@ -182,7 +182,6 @@ pub fn tq_queue(conn: &Conn, args: &[Val]) -> Result<Out> {
         return Ok(Out::Text(load(conn, &name)?.to_json()));
     }
     let opts = Options::parse(Some(&args[1]), KEYS)?;
-    schema::ensure(conn)?;
     conn.write_tx(|| {
         let mut s = load(conn, &name)?;
         // Only the keys given change; apply() reads absent keys as None, so merge.

@@ -47,7 +47,7 @@ pub fn ensure(conn: &Conn) -> Result<()> {
     if exists(conn)? {
         return Ok(());
     }
-    conn.transaction(None, || {
+    conn.transaction(|| {
         let v = stored_version(conn)?; // again, now under the write lock
         check_not_newer(v)?;
         for (to, script) in MIGRATIONS.iter().filter(|m| m.0 > v) {

@@ -5,7 +5,7 @@ use crate::conn::Conn;
 use crate::ffi::{Out, Result, Val};
 use crate::options;
 use crate::queues::{self, Settings};
-use crate::{random, schema, time};
+use crate::{random, time};
 
 pub enum Outcome {
     Done(Val),
@@ -133,9 +133,6 @@ pub fn tq_settle(conn: &Conn, args: &[Val]) -> Result<Out> {
     }
     let (id, attempt) = id_and_attempt(args)?;
     let outcome = parse_outcome(&args[2], args.get(3))?;
-    if !schema::exists(conn)? {
-        return Ok(Out::Int(0));
-    }
     conn.write_tx(|| {
         let Some((job, queue)) = held(conn, &id, attempt)? else {
             return Ok(Out::Int(0));
@@ -186,9 +183,6 @@ pub fn tq_renew(conn: &Conn, args: &[Val]) -> Result<Out> {
     };
     if lease == Some(0) {
         bail!("lease must be longer than 0ms");
-    }
-    if !schema::exists(conn)? {
-        return Ok(Out::Null);
     }
     conn.write_tx(|| Ok(extend_lease(conn, &id, attempt, lease)?.map_or(Out::Null, Out::Int)))
 }

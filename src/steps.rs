@@ -32,9 +32,6 @@ pub fn tq_step_put(conn: &Conn, args: &[Val]) -> Result<Out> {
     let attempt = options::int("attempt", &args[1], 1, i64::MAX)?;
     let name = options::name("name", &args[2])?;
     let value = options::data("value", &args[3], true)?;
-    if !schema::exists(conn)? {
-        return Ok(Out::Null);
-    }
     conn.write_tx(|| {
         if extend_lease(conn, &id, attempt, None)?.is_none() {
             return Ok(Out::Null);
@@ -59,9 +56,6 @@ pub fn tq_progress(conn: &Conn, args: &[Val]) -> Result<Out> {
     let id = options::name("id", &args[0])?;
     let attempt = options::int("attempt", &args[1], 1, i64::MAX)?;
     let value = options::data("value", &args[2], true)?;
-    if !schema::exists(conn)? {
-        return Ok(Out::Int(0));
-    }
     conn.write_tx(|| {
         let n = conn.exec(
             "UPDATE tinyq_jobs SET progress = ?3, changed_at = ?4

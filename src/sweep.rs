@@ -4,7 +4,7 @@
 use crate::conn::Conn;
 use crate::ffi::{Out, Result, Val};
 use crate::queues::{self, Settings};
-use crate::{options, schema};
+use crate::options;
 
 /// Removes up to `limit` rows of one queue that are past their windows; returns how many.
 pub fn queue(conn: &Conn, q: &Settings, now: i64, limit: i64) -> Result<i64> {
@@ -43,9 +43,6 @@ pub fn tq_sweep(conn: &Conn, args: &[Val]) -> Result<Out> {
         None | Some(Val::Null) => i64::MAX,
         Some(v) => options::int("limit", v, 1, i64::MAX)?,
     };
-    if !schema::exists(conn)? {
-        return Ok(Out::Int(0));
-    }
     conn.write_tx(|| {
         let now = conn.now();
         let mut removed = 0;

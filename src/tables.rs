@@ -23,12 +23,13 @@ impl TableFn for Claim {
     const VISIBLE: usize = 6;
     const FILTERS: &'static [usize] = &[6, 7, 8, 9];
     const DIRECT_ONLY: bool = true;
+    const IN_TEMP: bool = true;
     fn rows(conn: &Rc<Conn>, filters: &[Option<Val>]) -> Result<Rows> {
         let given: Vec<Val> = filters.iter().map_while(Clone::clone).collect();
         if given.len() < 3 || filters.iter().skip(given.len()).any(Option::is_some) {
             bail!("expects (queue, worker, n [, options])");
         }
-        let jobs = claim::tq_claim(conn, &given)?;
+        let jobs = claim::run(conn, &claim::parse(&given)?)?;
         Ok(Rows::list(
             jobs.into_iter()
                 .map(|j| {

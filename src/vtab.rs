@@ -50,6 +50,8 @@ pub trait TableFn: 'static {
     const VISIBLE: usize;
     const FILTERS: &'static [usize];
     const DIRECT_ONLY: bool;
+    /// Also create it as a table in `temp` (see `register`).
+    const IN_TEMP: bool = false;
     fn rows(conn: &Rc<Conn>, filters: &[Option<Val>]) -> Result<Rows>;
     /// Called when SQLite disconnects the table (the connection is closing).
     fn disconnect(_conn: &Conn) {}
@@ -74,18 +76,19 @@ struct Cursor {
 }
 
 /// A module table that lives as long as the process (SQLite keeps a pointer to it).
-struct Module(&'static sqlite3_module);
+struct Module(&'static sqlite3_module, &'static str);
 unsafe impl Send for Module {}
 
-fn module<T: TableFn>() -> *const sqlite3_module {
+fn module<T: TableFn>(creatable: bool) -> *const sqlite3_module {
     static MODULES: Mutex<Vec<(&'static str, Module)>> = Mutex::new(Vec::new());
     let mut all = MODULES.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some((_, m)) = all.iter().find(|(n, _)| *n == T::NAME) {
+    let key = if creatable { "temp" } else { T::NAME };
+    if let Some((_, m)) = all.iter().find(|(n, k)| *n == T::NAME && k.1 == key) {
         return m.0;
     }
     let m: &'static sqlite3_module = Box::leak(Box::new(sqlite3_module {
         iVersion: 2,
-        xCreate: None,
+        xCreate: if creatable { Some(x_connect::<T>) } else { None },
         xConnect: Some(x_connect::<T>),
         xBestIndex: Some(x_best_index::<T>),
         xDisconnect: Some(x_disconnect::<T>),
@@ -109,18 +112,34 @@ fn module<T: TableFn>() -> *const sqlite3_module {
         xRollbackTo: None,
         xShadowName: None,
     }));
-    all.push((T::NAME, Module(m)));
+    all.push((T::NAME, Module(m, key)));
     m
 }
 
-/// Registers `T` on the connection.
+/// Registers `T` on the connection, as an eponymous table; with IN_TEMP, also as a table
+/// `temp.NAME`, which SQLite finds first. A statement reading a table of `main` holds a
+/// read snapshot of it from its first step; BEGIN IMMEDIATE from inside such a statement
+/// cannot wait for the write lock (SQLite skips the busy handler for a connection holding
+/// a snapshot) and fails for good once another writer commits. Reading `temp` instead
+/// leaves `main` untouched until tq_claim's own transaction begins.
 pub fn register<T: TableFn>(db: *mut sqlite3, conn: &Rc<Conn>) -> Result<()> {
-    let module = module::<T>();
-    let name = CString::new(T::NAME).expect("table name");
+    create_module::<T>(db, conn, T::NAME, module::<T>(false))?;
+    if T::IN_TEMP {
+        let module_name = format!("tinyq_{}", T::NAME);
+        create_module::<T>(db, conn, &module_name, module::<T>(true))?;
+        let sql = CString::new(format!("CREATE VIRTUAL TABLE IF NOT EXISTS temp.{} USING {module_name}", T::NAME)).expect("sql");
+        // If this fails (the schema is locked), the eponymous table still works.
+        unsafe { sql!(exec(db, sql.as_ptr(), None, std::ptr::null_mut(), std::ptr::null_mut())) };
+    }
+    Ok(())
+}
+
+fn create_module<T: TableFn>(db: *mut sqlite3, conn: &Rc<Conn>, name: &str, module: *const sqlite3_module) -> Result<()> {
+    let name = CString::new(name).expect("table name");
     let aux = Box::into_raw(Box::new(conn.clone())) as *mut c_void;
     let rc = unsafe { sql!(create_module_v2(db, name.as_ptr(), module, aux, Some(drop_aux))) };
     if rc != SQLITE_OK {
-        return Err(Error { code: rc, msg: format!("registering {}", T::NAME) });
+        return Err(Error { code: rc, msg: format!("registering {name:?}") });
     }
     Ok(())
 }
