@@ -56,7 +56,7 @@ CREATE INDEX tinyq_jobs_queued ON tinyq_jobs (queue, priority DESC, run_at, seq,
 -- Jobs waiting for their time.
 CREATE INDEX tinyq_jobs_scheduled ON tinyq_jobs (queue, run_at) WHERE status = 'scheduled';
 -- Live and expired leases, with the group for per-group counts.
-CREATE INDEX tinyq_jobs_running ON tinyq_jobs (queue, lease_until, grp) WHERE status = 'running';
+CREATE INDEX tinyq_jobs_running ON tinyq_jobs (queue, lease_until, grp, holder) WHERE status = 'running';
 -- Retention and listing of finished jobs.
 CREATE INDEX tinyq_jobs_settled ON tinyq_jobs (queue, status, expires_at)
   WHERE status IN ('done', 'failed');

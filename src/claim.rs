@@ -54,7 +54,7 @@ pub fn run(conn: &Conn, req: &Request) -> Result<Vec<Claimed>> {
     conn.write_tx(|| {
         let now = conn.now();
         let q = queues::load(conn, queue)?;
-        holders::recover(conn, now)?;
+        holders::recover(conn, &q, now)?;
         end_expired(conn, &q, now)?;
         make_due(conn, queue, now)?;
         sweep::queue(conn, &q, now, SWEEP_PER_CLAIM)?;
@@ -80,7 +80,7 @@ fn end_expired(conn: &Conn, q: &Settings, now: i64) -> Result<()> {
     }
     drop(st);
     for (job, timed_out) in ended {
-        let outcome = if timed_out { Outcome::Error("timeout".into()) } else { Outcome::LeaseExpired };
+        let outcome = if timed_out { Outcome::Error("timeout".into()) } else { Outcome::LeaseExpired { died: false } };
         settle::apply(conn, &job, q, outcome, now)?;
     }
     Ok(())

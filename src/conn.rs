@@ -19,8 +19,6 @@ pub struct Conn {
     pub store_ready: Cell<bool>,
     /// This process's row in tinyq_holders, once it has one.
     pub holder: Cell<Option<i64>>,
-    /// When this connection last looked for dead lease holders.
-    pub recovered_at: Cell<Option<i64>>,
     cache: RefCell<HashMap<SqlKey, Vec<*mut sqlite3_stmt>, BuildHasherDefault<AddressHasher>>>,
     /// True while the `tq_statements` table is connected: its disconnect, which SQLite
     /// runs before checking for unfinalized statements at close, empties the cache.
@@ -34,7 +32,6 @@ impl Conn {
             clock: Cell::new(None),
             store_ready: Cell::new(false),
             holder: Cell::new(None),
-            recovered_at: Cell::new(None),
             cache: RefCell::new(HashMap::default()),
             cache_hooked: Cell::new(false),
         }

@@ -8,6 +8,8 @@ use std::sync::OnceLock;
 
 use crate::conn::Conn;
 use crate::ffi::Result;
+use crate::queues::Settings;
+use crate::settle::{self, Held, Outcome};
 
 /// This process: (machine and boot, pid, start time in clock ticks since boot).
 struct Me {
@@ -60,37 +62,74 @@ pub fn mine(conn: &Conn, now: i64) -> Result<Option<i64>> {
     Ok(id)
 }
 
-/// Ends the leases of holders that are dead: same boot and no process with that pid and
-/// start time, or the same machine booted since. Runs at most once a second per connection.
-pub fn recover(conn: &Conn, now: i64) -> Result<()> {
-    let Some(me) = me().filter(|_| conn.clock.get().is_none()) else { return Ok(()) };
-    let wall = crate::time::system_ms();
-    if conn.recovered_at.get().is_some_and(|t| (0..1000).contains(&(wall - t))) {
-        return Ok(());
+/// Is this holder dead? Same boot and no process with that pid and start time (a zombie
+/// counts as dead), or the same machine booted since. Another machine: we can't tell.
+fn is_dead(me: &Me, machine: &str, pid: i64, started: i64) -> bool {
+    if machine == me.machine {
+        return start_ticks(pid) != Some(started);
     }
-    conn.recovered_at.set(Some(wall));
-    let machine_id = me.machine.split('/').next().unwrap_or_default().to_string();
+    let machine_id = |m: &str| m.split('/').next().unwrap_or_default().to_string();
+    !machine_id(&me.machine).is_empty() && machine_id(machine) == machine_id(&me.machine)
+}
+
+/// Ends at once the leases that dead processes hold in this queue (DUR-02): their jobs
+/// wait again (or fail when out of attempts) in this very claim. Only processes that hold
+/// live leases here are looked at, so a claim where no other process works costs nothing.
+pub fn recover(conn: &Conn, q: &Settings, now: i64) -> Result<()> {
+    let Some(me) = me().filter(|_| conn.clock.get().is_none()) else { return Ok(()) };
     let mut dead = vec![];
-    let mut st = conn.query("SELECT id, machine, pid, started FROM tinyq_holders", &[])?;
+    let mut st = conn.query(
+        "SELECT h.id, h.machine, h.pid, h.started FROM tinyq_holders h
+         WHERE h.id IN (SELECT holder FROM tinyq_jobs
+                        WHERE status = 'running' AND queue = ?1 AND lease_until > ?2 AND holder IS NOT ?3)",
+        &[&q.name, &now, &conn.holder.get()],
+    )?;
     while st.step()? {
-        let (id, machine, pid, started) = (st.int(0), st.text(1).unwrap_or_default(), st.int(2), st.int(3));
-        let is_dead = if machine == me.machine {
-            start_ticks(pid) != Some(started)
-        } else {
-            // Same machine, another boot: every process of that boot is gone.
-            !machine_id.is_empty() && machine.split('/').next() == Some(machine_id.as_str())
-        };
-        if is_dead {
-            dead.push(id);
+        if is_dead(me, &st.text(1).unwrap_or_default(), st.int(2), st.int(3)) {
+            dead.push(st.int(0));
         }
     }
     drop(st);
-    for id in dead {
+    for holder in dead {
+        let mut st = conn.query(
+            "SELECT seq, attempt, tries, budget FROM tinyq_jobs WHERE status = 'running' AND queue = ?1 AND holder = ?2",
+            &[&q.name, &holder],
+        )?;
+        let mut held = vec![];
+        while st.step()? {
+            held.push(Held { seq: st.int(0), attempt: st.int(1), tries: st.int(2), budget: st.opt_int(3) });
+        }
+        drop(st);
+        for job in held {
+            settle::apply(conn, &job, q, Outcome::LeaseExpired { died: true }, now)?;
+        }
+        // Its leases in other queues run out now; their next claims take them back.
         conn.exec(
             "UPDATE tinyq_jobs SET lease_until = ?2 WHERE holder = ?1 AND status = 'running' AND lease_until > ?2",
-            &[&id, &now],
+            &[&holder, &now],
         )?;
-        conn.exec("DELETE FROM tinyq_holders WHERE id = ?1", &[&id])?;
+        conn.exec("DELETE FROM tinyq_holders WHERE id = ?1", &[&holder])?;
     }
     Ok(())
+}
+
+/// Removes the rows of dead processes that hold nothing (tq_sweep); returns how many.
+pub fn forget_dead(conn: &Conn) -> Result<i64> {
+    let Some(me) = me() else { return Ok(0) };
+    let mut dead = vec![];
+    let mut st = conn.query(
+        "SELECT id, machine, pid, started FROM tinyq_holders h
+         WHERE NOT EXISTS (SELECT 1 FROM tinyq_jobs WHERE holder = h.id AND status = 'running')",
+        &[],
+    )?;
+    while st.step()? {
+        if is_dead(me, &st.text(1).unwrap_or_default(), st.int(2), st.int(3)) {
+            dead.push(st.int(0));
+        }
+    }
+    drop(st);
+    for id in &dead {
+        conn.exec("DELETE FROM tinyq_holders WHERE id = ?1", &[id])?;
+    }
+    Ok(dead.len() as i64)
 }

@@ -13,8 +13,9 @@ pub enum Outcome {
     Retry(Option<i64>),
     Snooze(i64),
     Fail(String),
-    /// The lease ran out with no settlement: the worker is presumed gone (JOB-04).
-    LeaseExpired,
+    /// The lease ran out with no settlement: the worker is presumed gone (JOB-04); or the
+    /// worker's process is known to be dead (DUR-02).
+    LeaseExpired { died: bool },
 }
 
 /// The job fields an ending needs.
@@ -48,15 +49,18 @@ pub fn apply(conn: &Conn, job: &Held, q: &Settings, outcome: Outcome, now: i64) 
         }
         Outcome::Retry(_) => fail(conn, job.seq, &format!("retried on attempt {} of {budget}: no attempts left", job.tries), q, now),
         Outcome::Snooze(delay) => again(conn, job.seq, job.tries - 1, now + delay, None, Val::Int(delay), now),
-        Outcome::LeaseExpired if left => conn.exec(
-            // Back in line at its old place; lease_until stays so a late settle still counts.
-            "UPDATE tinyq_jobs SET status = 'queued', holder = NULL, changed_at = ?2, note = 'lease expired'
-             WHERE seq = ?1",
-            &[&job.seq, &now],
-        ),
-        Outcome::LeaseExpired => {
-            let msg = format!("lease expired on attempt {} of {budget}: its leases ran out", job.attempt);
-            fail(conn, job.seq, &msg, q, now)
+        Outcome::LeaseExpired { died } => {
+            let why = if died { "worker process died" } else { "lease expired" };
+            if left {
+                // Back in line at its old place; lease_until stays so a late settle still counts.
+                conn.exec(
+                    "UPDATE tinyq_jobs SET status = 'queued', holder = NULL, changed_at = ?2, note = ?3 WHERE seq = ?1",
+                    &[&job.seq, &now, &why],
+                )
+            } else {
+                let msg = format!("{why} on attempt {} of {budget}: its leases ran out", job.attempt);
+                fail(conn, job.seq, &msg, q, now)
+            }
         }
     }?;
     Ok(())

@@ -45,7 +45,7 @@ pub fn tq_sweep(conn: &Conn, args: &[Val]) -> Result<Out> {
     };
     conn.write_tx(|| {
         let now = conn.now();
-        let mut removed = 0;
+        let mut removed = crate::holders::forget_dead(conn)?;
         for q in queues::all(conn)? {
             removed += queue(conn, &q, now, limit - removed)?;
             if removed >= limit {
