@@ -12,8 +12,11 @@ use crate::{holders, sweep};
 
 /// Most jobs one claim may take.
 pub const MAX_BATCH: i64 = 1000;
-/// Rows of expired data each claim removes on the way (RET-01: an unattended store stays bounded).
-const SWEEP_PER_CLAIM: i64 = 16;
+/// Rows of expired data each claim removes on the way (RET-01: an unattended store stays
+/// bounded): more than a claim of n jobs leaves behind (each job ends with about 4 rows).
+fn sweep_budget(n: i64) -> i64 {
+    16 + 4 * n
+}
 
 /// One claimed job, as tq_claim returns it.
 pub struct Claimed {
@@ -57,7 +60,7 @@ pub fn run(conn: &Conn, req: &Request) -> Result<Vec<Claimed>> {
         holders::recover(conn, &q, now)?;
         end_expired(conn, &q, now)?;
         make_due(conn, queue, now)?;
-        sweep::queue(conn, &q, now, SWEEP_PER_CLAIM)?;
+        sweep::queue(conn, &q, now, sweep_budget(n))?;
         if q.paused {
             return Ok(vec![]);
         }
@@ -176,37 +179,37 @@ pub fn plan(conn: &Conn, q: &Settings, now: i64, n: i64) -> Result<Vec<i64>> {
     Ok(picked)
 }
 
-/// Leases the picked jobs: each claim is a new attempt, charged now (JOB-03).
+/// Leases the picked jobs, in one statement: each claim is a new attempt, charged now (JOB-03).
 fn take(conn: &Conn, q: &Settings, picked: &[i64], worker: &str, lease: i64, now: i64) -> Result<Vec<Claimed>> {
-    let holder = if picked.is_empty() { None } else { holders::mine(conn, now)? };
+    if picked.is_empty() {
+        return Ok(vec![]);
+    }
+    let holder = holders::mine(conn, now)?;
     let deadline = now + q.timeout();
     let lease_until = (now + lease).min(deadline);
+    let seqs = serde_json::to_string(picked).expect("integers");
+    let mut st = conn.query(
+        "UPDATE tinyq_jobs SET status = 'running', attempt = attempt + 1, tries = tries + 1,
+             lease_until = ?2, deadline = ?3, started_at = ?4, worker = ?5, holder = ?6,
+             changed_at = ?4, note = ?5
+         WHERE seq IN (SELECT value FROM json_each(?1))
+         RETURNING seq, id, attempt, payload, grp",
+        &[&seqs, &lease_until, &deadline, &now, &worker, &holder],
+    )?;
     let mut out = Vec::with_capacity(picked.len());
-    for seq in picked {
-        let mut st = conn.query(
-            "UPDATE tinyq_jobs SET status = 'running', attempt = attempt + 1, tries = tries + 1,
-                 lease_until = ?2, deadline = ?3, started_at = ?4, worker = ?5, holder = ?6,
-                 changed_at = ?4, note = ?5
-             WHERE seq = ?1
-             RETURNING id, attempt, payload, grp",
-            &[seq, &lease_until, &deadline, &now, &worker, &holder],
-        )?;
-        if st.step()? {
-            out.push(Claimed {
-                id: st.text(0).unwrap_or_default(),
-                attempt: st.int(1),
-                payload: st.val(2),
-                group: st.text(3),
-                lease_until,
-                deadline,
-            });
-        }
-        while st.step()? {}
-        drop(st);
-        if q.counts_starts() {
-            let group = out.last().and_then(|c| c.group.clone());
-            conn.exec("INSERT INTO tinyq_starts (queue, grp, at) VALUES (?1, ?2, ?3)", &[&q.name, &group, &now])?;
-        }
+    while st.step()? {
+        let job = Claimed { id: st.text(1).unwrap_or_default(), attempt: st.int(2), payload: st.val(3), group: st.text(4), lease_until, deadline };
+        out.push((st.int(0), job));
     }
-    Ok(out)
+    drop(st);
+    // RETURNING comes in no particular order: give the jobs back in claim order (JOB-01).
+    let place: HashMap<i64, usize> = picked.iter().enumerate().map(|(i, s)| (*s, i)).collect();
+    out.sort_by_key(|(seq, _)| place.get(seq).copied());
+    if q.counts_starts() {
+        conn.exec(
+            "INSERT INTO tinyq_starts (queue, grp, at) SELECT ?1, grp, ?3 FROM tinyq_jobs WHERE seq IN (SELECT value FROM json_each(?2))",
+            &[&q.name, &seqs, &now],
+        )?;
+    }
+    Ok(out.into_iter().map(|(_, job)| job).collect())
 }

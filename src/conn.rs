@@ -23,6 +23,10 @@ pub struct Conn {
     /// True while the `tq_statements` table is connected: its disconnect, which SQLite
     /// runs before checking for unfinalized statements at close, empties the cache.
     pub cache_hooked: Cell<bool>,
+    /// How deeply tinyq's functions are nested right now (a trigger on tinyq's own tables
+    /// that calls tinyq again recurses through nested statements, which SQLite's trigger
+    /// depth limit does not see).
+    pub depth: Cell<u32>,
 }
 
 impl Conn {
@@ -34,7 +38,19 @@ impl Conn {
             holder: Cell::new(None),
             cache: RefCell::new(HashMap::default()),
             cache_hooked: Cell::new(false),
+            depth: Cell::new(0),
         }
+    }
+
+    /// Counts one more level of nesting; fails past a depth no sane use reaches, before
+    /// the C stack runs out (ERR-02).
+    pub fn enter(&self) -> Result<Depth<'_>> {
+        const MAX_DEPTH: u32 = 32;
+        if self.depth.get() >= MAX_DEPTH {
+            return Err(Error::bad("tinyq calls nested too deeply: does a trigger on tinyq's tables call tinyq?"));
+        }
+        self.depth.set(self.depth.get() + 1);
+        Ok(Depth(self))
     }
 
     /// Milliseconds since the epoch: the pinned clock, else the system clock.
@@ -177,6 +193,16 @@ impl Conn {
         })
     }
 
+    /// For a writer that is one statement (atomic by itself, and taking the write lock
+    /// before it reads): no transaction of its own, once the store is known to exist.
+    pub fn write_one<T>(&self, f: impl FnOnce() -> Result<T>) -> Result<T> {
+        if self.store_ready.get() {
+            f()
+        } else {
+            self.write_tx(f)
+        }
+    }
+
     pub fn autocommit(&self) -> bool {
         unsafe { sql!(get_autocommit(self.db)) != 0 }
     }
@@ -252,6 +278,15 @@ impl Hasher for AddressHasher {
     }
     fn finish(&self) -> u64 {
         self.0
+    }
+}
+
+/// One level of nesting, left when dropped.
+pub struct Depth<'c>(&'c Conn);
+
+impl Drop for Depth<'_> {
+    fn drop(&mut self) {
+        self.0.depth.set(self.0.depth.get().saturating_sub(1));
     }
 }
 

@@ -38,6 +38,7 @@ pub fn register(db: *mut sqlite3, conn: &Rc<Conn>, name: &'static str, n_args: c
 unsafe extern "C" fn call(ctx: *mut sqlite3_context, argc: c_int, argv: *mut *mut sqlite3_value) {
     let entry = &*(sql!(user_data(ctx)) as *const Entry);
     let r = guard(|| {
+        let _depth = entry.conn.enter()?;
         let args: Vec<Val> = std::slice::from_raw_parts(argv, argc.max(0) as usize).iter().map(|v| Val::from_raw(*v)).collect();
         (entry.body)(&entry.conn, &args)
     });

@@ -46,27 +46,34 @@ fn parse_add(args: &[Val]) -> Result<NewJob> {
 /// tq_add(queue, payload [, options]) -> id
 pub fn tq_add(conn: &Conn, args: &[Val]) -> Result<Out> {
     let job = parse_add(args)?;
-    conn.write_tx(|| {
+    // Each statement here is atomic on its own: the INSERT, and the DELETE of a row that is
+    // past its window (which any sweep may remove), so no transaction is needed. That keeps
+    // an add inside a trigger or the caller's transaction to one statement.
+    conn.write_one(|| {
         let now = conn.now();
         let run_at = job.at.unwrap_or(now + job.delay.unwrap_or(0));
         let status = if run_at > now { "scheduled" } else { "queued" };
         let id = match &job.id {
-            Some(id) => {
-                // An id past its retention window is free again (RET-01).
-                conn.exec(
-                    "DELETE FROM tinyq_jobs WHERE id = ?1 AND status IN ('done', 'failed') AND expires_at <= ?2",
-                    &[id, &now],
-                )?;
-                id.clone()
-            }
+            Some(id) => id.clone(),
             None => generated_id(conn, now)?,
         };
-        conn.exec(
-            "INSERT INTO tinyq_jobs (id, queue, status, grp, priority, run_at, budget, payload, created_at, changed_at)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?9)
-             ON CONFLICT (id) DO NOTHING",
-            &[&id, &job.queue, &status, &job.group, &job.priority, &run_at, &job.attempts, &job.payload, &now],
-        )?;
+        let insert = || {
+            conn.exec(
+                "INSERT INTO tinyq_jobs (id, queue, status, grp, priority, run_at, budget, payload, created_at, changed_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?9)
+                 ON CONFLICT (id) DO NOTHING",
+                &[&id, &job.queue, &status, &job.group, &job.priority, &run_at, &job.attempts, &job.payload, &now],
+            )
+        };
+        // The id is taken: if by a job past its retention window, it is free again (RET-01).
+        if insert()? == 0
+            && conn.exec(
+                "DELETE FROM tinyq_jobs WHERE id = ?1 AND status IN ('done', 'failed') AND expires_at <= ?2",
+                &[&id, &now],
+            )? > 0
+        {
+            insert()?;
+        }
         Ok(Out::Text(id))
     })
 }
@@ -169,16 +176,13 @@ pub fn tq_cancel(conn: &Conn, args: &[Val]) -> Result<Out> {
         bail!("expects (id)");
     }
     let id = options::name("id", &args[0])?;
-    conn.write_tx(|| {
-        let now = conn.now();
+    conn.write_one(|| {
+        // One statement: the trigger tinyq_jobs_cancelled logs the event and removes the row.
         let marked = conn.exec(
             "UPDATE tinyq_jobs SET status = 'cancelled', changed_at = ?2, note = NULL
              WHERE id = ?1 AND status IN ('scheduled', 'queued', 'running')",
-            &[&id, &now],
+            &[&id, &conn.now()],
         )?;
-        if marked > 0 {
-            conn.exec("DELETE FROM tinyq_jobs WHERE id = ?1", &[&id])?;
-        }
         Ok(Out::Int(marked.min(1)))
     })
 }

@@ -12,6 +12,8 @@ const KEYS: &[&str] = &[
 ];
 
 pub const DEFAULT_KEEP: i64 = 7 * 86_400_000;
+pub const DEFAULT_DEDUPE: i64 = 86_400_000;
+pub const DEFAULT_LEASE: i64 = 30_000;
 
 /// A queue's settings as stored: None means "the default".
 #[derive(Clone, Debug, Default)]
@@ -33,7 +35,7 @@ pub struct Settings {
 
 impl Settings {
     pub fn lease(&self) -> i64 {
-        self.lease.unwrap_or(30_000)
+        self.lease.unwrap_or(DEFAULT_LEASE)
     }
     pub fn timeout(&self) -> i64 {
         self.timeout.unwrap_or(3_600_000)
@@ -48,7 +50,7 @@ impl Settings {
         self.backoff_max.unwrap_or(3_600_000)
     }
     pub fn dedupe(&self) -> i64 {
-        self.dedupe.unwrap_or(86_400_000)
+        self.dedupe.unwrap_or(DEFAULT_DEDUPE)
     }
     pub fn keep(&self) -> i64 {
         self.keep.unwrap_or(DEFAULT_KEEP)

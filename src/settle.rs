@@ -8,7 +8,6 @@ use crate::queues::{self, Settings};
 use crate::{random, time};
 
 pub enum Outcome {
-    Done(Val),
     Error(String),
     Retry(Option<i64>),
     Snooze(i64),
@@ -35,12 +34,6 @@ pub fn apply(conn: &Conn, job: &Held, q: &Settings, outcome: Outcome, now: i64) 
         time::backoff(q.backoff(), q.backoff_max(), job.tries, jitter)
     };
     match outcome {
-        Outcome::Done(result) => conn.exec(
-            "UPDATE tinyq_jobs SET status = 'done', result = ?2, lease_until = NULL, holder = NULL,
-                 settled_at = ?3, expires_at = ?4, changed_at = ?3, note = NULL
-             WHERE seq = ?1",
-            &[&job.seq, &result, &now, &(now + q.dedupe())],
-        ),
         Outcome::Error(msg) if left => again(conn, job.seq, job.tries, now + backoff(), Some(&msg), Val::Text(msg.clone()), now),
         Outcome::Error(msg) | Outcome::Fail(msg) => fail(conn, job.seq, &msg, q, now),
         Outcome::Retry(delay) if left => {
@@ -86,7 +79,13 @@ fn fail(conn: &Conn, seq: i64, msg: &str, q: &Settings, now: i64) -> Result<i64>
     )
 }
 
-fn parse_outcome(outcome: &Val, value: Option<&Val>) -> Result<Outcome> {
+/// What tq_settle was asked to do: `done` is one statement; the others need the budget.
+enum Settle {
+    Done(Val),
+    Other(Outcome),
+}
+
+fn parse_outcome(outcome: &Val, value: Option<&Val>) -> Result<Settle> {
     let Val::Text(name) = outcome else {
         bail!("outcome must be text ('done', 'error', 'retry', 'snooze' or 'fail'), not {}", outcome.kind());
     };
@@ -100,8 +99,8 @@ fn parse_outcome(outcome: &Val, value: Option<&Val>) -> Result<Outcome> {
         }
     };
     let delay = |v: &Val| time::parse_duration(v).map_err(|e| crate::ffi::Error::bad(format!("outcome '{name}': {e}")));
-    Ok(match name.as_str() {
-        "done" => Outcome::Done(options::data("result", &value, true)?),
+    Ok(Settle::Other(match name.as_str() {
+        "done" => return Ok(Settle::Done(options::data("result", &value, true)?)),
         "error" => Outcome::Error(text("an error message")?),
         "fail" => Outcome::Fail(text("a reason")?),
         "retry" if value.is_null() => Outcome::Retry(None),
@@ -109,7 +108,19 @@ fn parse_outcome(outcome: &Val, value: Option<&Val>) -> Result<Outcome> {
         "snooze" if value.is_null() => bail!("outcome 'snooze' needs a delay, like '10m'"),
         "snooze" => Outcome::Snooze(delay(&value)?),
         other => bail!("unknown outcome '{}' (expected 'done', 'error', 'retry', 'snooze' or 'fail')", options::clip(other)),
-    })
+    }))
+}
+
+/// Settles `done` in one statement, fenced like `held`; the id is kept for `dedupe`.
+fn done(conn: &Conn, id: &str, attempt: i64, result: &Val) -> Result<Out> {
+    let n = conn.exec(
+        "UPDATE tinyq_jobs SET status = 'done', result = ?3, error = NULL, lease_until = NULL, holder = NULL, settled_at = ?4,
+             expires_at = ?4 + coalesce((SELECT dedupe FROM tinyq_queues WHERE name = tinyq_jobs.queue), ?5),
+             changed_at = ?4, note = NULL
+         WHERE id = ?1 AND attempt = ?2 AND lease_until IS NOT NULL AND status IN ('running', 'queued', 'failed')",
+        &[&id, &attempt, result, &conn.now(), &queues::DEFAULT_DEDUPE],
+    )?;
+    Ok(Out::Int(n.min(1)))
 }
 
 /// The attempt that holds (or held, unsettled, with nobody after it) the job's lease.
@@ -136,7 +147,10 @@ pub fn tq_settle(conn: &Conn, args: &[Val]) -> Result<Out> {
         bail!("expects (id, attempt, outcome [, value])");
     }
     let (id, attempt) = id_and_attempt(args)?;
-    let outcome = parse_outcome(&args[2], args.get(3))?;
+    let outcome = match parse_outcome(&args[2], args.get(3))? {
+        Settle::Done(result) => return conn.write_one(|| done(conn, &id, attempt, &result)),
+        Settle::Other(o) => o,
+    };
     conn.write_tx(|| {
         let Some((job, queue)) = held(conn, &id, attempt)? else {
             return Ok(Out::Int(0));
@@ -147,32 +161,16 @@ pub fn tq_settle(conn: &Conn, args: &[Val]) -> Result<Out> {
     })
 }
 
-/// Extends the lease of a running attempt, never past its deadline. None: stop working.
+/// Extends the lease of a running attempt, never past its deadline, in one statement.
+/// None: stop working (cancelled, taken by a later attempt, or past its timeout).
 pub fn extend_lease(conn: &Conn, id: &str, attempt: i64, lease: Option<i64>) -> Result<Option<i64>> {
-    let now = conn.now();
-    let mut st = conn.query(
-        "SELECT queue, deadline FROM tinyq_jobs
-         WHERE id = ?1 AND attempt = ?2 AND status = 'running' AND lease_until IS NOT NULL",
-        &[&id, &attempt],
-    )?;
-    if !st.step()? {
-        return Ok(None);
-    }
-    let (queue, deadline) = (st.text(0).unwrap_or_default(), st.int(1));
-    drop(st);
-    if now >= deadline {
-        return Ok(None);
-    }
-    let lease = match lease {
-        Some(l) => l,
-        None => queues::load(conn, &queue)?.lease(),
-    };
-    let until = (now + lease).min(deadline);
-    conn.exec(
-        "UPDATE tinyq_jobs SET lease_until = ?3 WHERE id = ?1 AND attempt = ?2",
-        &[&id, &attempt, &until],
-    )?;
-    Ok(Some(until))
+    conn.one_int(
+        "UPDATE tinyq_jobs
+         SET lease_until = min(?3 + coalesce(?4, (SELECT lease FROM tinyq_queues WHERE name = tinyq_jobs.queue), ?5), deadline)
+         WHERE id = ?1 AND attempt = ?2 AND status = 'running' AND lease_until IS NOT NULL AND ?3 < deadline
+         RETURNING lease_until",
+        &[&id, &attempt, &conn.now(), &lease, &queues::DEFAULT_LEASE],
+    )
 }
 
 /// tq_renew(id, attempt [, lease]) -> new lease_until, or NULL
@@ -188,5 +186,5 @@ pub fn tq_renew(conn: &Conn, args: &[Val]) -> Result<Out> {
     if lease == Some(0) {
         bail!("lease must be longer than 0ms");
     }
-    conn.write_tx(|| Ok(extend_lease(conn, &id, attempt, lease)?.map_or(Out::Null, Out::Int)))
+    conn.write_one(|| Ok(extend_lease(conn, &id, attempt, lease)?.map_or(Out::Null, Out::Int)))
 }

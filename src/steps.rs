@@ -56,7 +56,7 @@ pub fn tq_progress(conn: &Conn, args: &[Val]) -> Result<Out> {
     let id = options::name("id", &args[0])?;
     let attempt = options::int("attempt", &args[1], 1, i64::MAX)?;
     let value = options::data("value", &args[2], true)?;
-    conn.write_tx(|| {
+    conn.write_one(|| {
         let n = conn.exec(
             "UPDATE tinyq_jobs SET progress = ?3, changed_at = ?4
              WHERE id = ?1 AND attempt = ?2 AND status = 'running' AND lease_until IS NOT NULL",

@@ -271,6 +271,7 @@ unsafe extern "C" fn x_filter<T: TableFn>(
         c.row = None;
         c.rowid = 0;
         let conn = c.conn.clone();
+        let _depth = conn.enter()?;
         c.rows = Some(T::rows(&conn, &c.filters)?);
         advance(c)
     })
