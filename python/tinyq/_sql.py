@@ -1,0 +1,45 @@
+"""Small SQL helpers that work on sqlite3 and apsw connections alike."""
+import datetime
+import json
+
+
+def _rows(conn, sql, *args):
+    """All rows of a statement (always read to the end, so no statement stays open)."""
+    return list(conn.execute(sql, args))
+
+
+def _one(conn, sql, *args):
+    rows = _rows(conn, sql, *args)
+    return rows[0][0] if rows else None
+
+
+def _encode(value):
+    """Text is stored as is; anything else (dict, list, number, bool, None) as JSON."""
+    return value if isinstance(value, str) else json.dumps(value)
+
+
+def _decode(value):
+    """JSON text back to Python; text that is not JSON (and numbers) come back as they are."""
+    if isinstance(value, str):
+        try:
+            return json.loads(value)
+        except ValueError:
+            return value
+    return value
+
+
+def _ms(value):
+    """timedelta -> integer ms, datetime -> ms since the epoch; other values go to SQL as they are."""
+    if isinstance(value, datetime.timedelta):
+        return int(value.total_seconds() * 1000)
+    if isinstance(value, datetime.datetime):
+        if value.tzinfo is None:
+            value = value.astimezone()
+        return int(value.timestamp() * 1000)
+    return value
+
+
+def _options(**kw):
+    """A JSON options object of the given keys that are not None, or None if there are none."""
+    opts = {k: _ms(v) for k, v in kw.items() if v is not None}
+    return json.dumps(opts) if opts else None

@@ -1,0 +1,451 @@
+"""The Python worker helper (python/tinyq): Queue methods, the work() loop, and what it
+promises across threads and real processes (SIGKILL, SIGTERM, lease renewal, cancel)."""
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+import pytest
+
+from conftest import EXT, ROOT, claim, connect, get, one
+
+sys.path.insert(0, os.path.join(ROOT, "python"))
+import tinyq  # noqa: E402
+
+PY = "/usr/bin/python3"
+
+
+# -- helpers ---------------------------------------------------------------------------
+
+def wait_for(predicate, timeout=10.0, every=0.02):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(every)
+    raise AssertionError("timed out waiting for %s" % predicate)
+
+
+def start_work(queue, handler, **kw):
+    """queue.work(handler) in a background thread; returns (thread, box) where box['handled']
+    is work()'s return value once it returned."""
+    box = {}
+
+    def target():
+        box["handled"] = queue.work(handler, poll=kw.pop("poll", 0.2), **kw)
+
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    return thread, box
+
+
+def stop(queue, thread, timeout=15):
+    queue.stop()
+    thread.join(timeout)
+    assert not thread.is_alive(), "work() did not return after stop()"
+
+
+def worker_process(db_path, body):
+    """A real worker process: `q` is tinyq.Queue(db_path, 'q'); `body` is the rest."""
+    code = "import json, os, sys, time, tinyq\nq = tinyq.Queue(sys.argv[1], 'q')\n" + \
+        textwrap.dedent(body)
+    env = dict(os.environ, TINYQ_EXT=EXT, PYTHONPATH=os.path.join(ROOT, "python"))
+    return subprocess.Popen([PY, "-c", code, db_path], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env)
+
+
+def finish(proc, timeout=30):
+    out, err = proc.communicate(timeout=timeout)
+    return proc.returncode, out, err
+
+
+@pytest.fixture
+def queue(db_path):
+    q = tinyq.Queue(db_path, "q")
+    yield q
+    q.close()
+
+
+# -- loading and opening ---------------------------------------------------------------
+
+def test_open_configures_the_connection(db_path):
+    conn = tinyq.open(db_path)
+    assert conn.isolation_level is None
+    assert one(conn, "PRAGMA journal_mode") == "wal"
+    assert one(conn, "PRAGMA synchronous") == 1          # NORMAL
+    assert one(conn, "PRAGMA busy_timeout") == 5000
+    assert one(conn, "SELECT tq_version()")
+    conn.close()
+
+
+def test_load_into_any_connection_and_env_override(db_path, monkeypatch):
+    conn = sqlite3.connect(db_path)
+    assert tinyq.load(conn) is conn
+    assert one(conn, "SELECT tq_version()")
+    monkeypatch.setenv("TINYQ_EXT", EXT)
+    assert tinyq.extension_path() == EXT
+    monkeypatch.setenv("TINYQ_EXT", "/nowhere/tinyq")
+    with pytest.raises(sqlite3.OperationalError):
+        tinyq.load(sqlite3.connect(":memory:"))
+    monkeypatch.delenv("TINYQ_EXT")
+    assert os.path.samefile(tinyq.extension_path(), EXT + ".so")
+
+
+# -- queue methods ---------------------------------------------------------------------
+
+def test_add_encodes_payload_and_passes_options(queue):
+    assert queue.add({"messageId": 41}, id="reply:41", priority=5, group="acme",
+                     attempts=3, delay="1h") == "reply:41"
+    job = queue.get("reply:41")
+    assert job["payload"] == {"messageId": 41}
+    assert (job["queue"], job["state"], job["group"], job["priority"]) == \
+        ("q", "scheduled", "acme", 5)
+    assert queue.add({"other": 1}, id="reply:41") == "reply:41"          # dedupe
+    assert queue.get("reply:41")["payload"] == {"messageId": 41}
+    generated = queue.add([1, 2, 3])
+    assert generated.startswith("tq_") and queue.get(generated)["payload"] == [1, 2, 3]
+    assert queue.get(queue.add("plain text"))["payload"] == "plain text"
+    assert queue.get("nope") is None
+
+
+def test_add_joins_the_callers_transaction(db_path):
+    conn = sqlite3.connect(db_path)           # the module's default: implicit transactions
+    tinyq.load(conn)
+    q = tinyq.Queue(conn, "q")
+    conn.execute("CREATE TABLE orders (id INTEGER PRIMARY KEY)")
+    conn.commit()
+    conn.execute("INSERT INTO orders VALUES (1)")
+    q.add({"order": 1}, id="order:1")
+    assert conn.in_transaction                 # add neither committed nor began anything
+    conn.rollback()
+    assert q.get("order:1") is None and one(conn, "SELECT count(*) FROM orders") == 0
+    conn.execute("INSERT INTO orders VALUES (2)")
+    q.add({"order": 2}, id="order:2")
+    conn.commit()
+    other = connect(db_path)
+    assert get(other, "order:2")["state"] == "waiting"
+    conn.close()
+    other.close()
+
+
+def test_cancel_retry_watch_and_settings(queue, db):
+    assert queue.settings()["lease"] == 30000
+    assert queue.settings(lease="2s", attempts=1)["lease"] == 2000
+    queue.add({}, id="a")
+    queue.add({}, id="b")
+    assert queue.cancel("a") is True and queue.cancel("a") is False
+    [job] = claim(db, "q")
+    assert one(db, "SELECT tq_settle(?, ?, 'error', 'boom')", job["id"], job["attempt"]) == 1
+    assert queue.get("b")["state"] == "failed"
+    assert queue.retry("b") is True and queue.get("b")["state"] == "waiting"
+    events = queue.watch()
+    assert [(e["id"], e["state"]) for e in events if e["id"] == "a"] == \
+        [("a", "waiting"), ("a", "cancelled")]
+    assert [e["state"] for e in events if e["id"] == "b"] == \
+        ["waiting", "running", "failed", "waiting"]
+    assert set(events[0]) == {"seq", "id", "queue", "state", "attempt", "at", "detail"}
+    assert queue.watch(events[-1]["seq"]) == []
+
+
+# -- the work loop, in threads ---------------------------------------------------------
+
+def test_return_value_settles_done(queue):
+    queue.add({"n": 1}, id="dict")
+    queue.add({"n": 2}, id="text")
+    queue.add({"n": 3}, id="none")
+    results = {1: {"ok": 1}, 2: "plain", 3: None}
+    thread, box = start_work(queue, lambda payload, run: results[payload["n"]])
+    wait_for(lambda: all(queue.get(i)["state"] == "done" for i in ("dict", "text", "none")))
+    stop(queue, thread)
+    assert box["handled"] == 3
+    assert queue.get("dict")["result"] == {"ok": 1}
+    assert queue.get("text")["result"] == "plain"
+    assert queue.get("none")["result"] is None
+
+
+def test_raised_exception_is_an_error_with_its_class_name(queue):
+    queue.add({}, id="once", attempts=1)
+    queue.add({}, id="twice", attempts=2)
+
+    def handler(payload, run):
+        raise ValueError("boom on attempt %d" % run.attempt)
+
+    thread, _ = start_work(queue, handler)
+    wait_for(lambda: queue.get("once")["state"] == "failed")
+    wait_for(lambda: queue.get("twice")["state"] == "failed")     # after a ~1 s backoff
+    stop(queue, thread)
+    assert queue.get("once")["error"] == "ValueError: boom on attempt 1"
+    assert queue.get("twice")["error"] == "ValueError: boom on attempt 2"
+    details = [e["detail"] or "" for e in queue.watch() if e["id"] == "twice"]
+    assert any("ValueError: boom on attempt 1" in d for d in details)
+
+
+def test_retry_snooze_and_fail(queue):
+    queue.add("retry", id="retry", attempts=2)
+    queue.add("retry", id="retry-last", attempts=1)
+    queue.add("snooze", id="snooze", attempts=1)
+    queue.add("fail", id="fail")
+    queue.add("bad", id="bad", attempts=1)
+
+    def handler(payload, run):
+        try:
+            if payload == "retry":
+                run.retry("1h")
+            elif payload == "snooze":
+                run.snooze("1h")
+            elif payload == "bad":
+                run.snooze("5 minutes")         # refused by tq_settle: recorded as an error
+            run.fail("no such customer")
+        except Exception:                       # the controls are not swallowed by this
+            raise AssertionError("unreachable")
+
+    before = int(time.time() * 1000)
+    thread, _ = start_work(queue, handler)
+    wait_for(lambda: all(queue.get(i)["state"] != "running" and queue.get(i)["attempt"] == 1
+                         for i in ("retry", "retry-last", "snooze", "fail", "bad")))
+    stop(queue, thread)
+    retry, snooze = queue.get("retry"), queue.get("snooze")
+    assert retry["state"] == "scheduled" and retry["run_at"] >= before + 3_500_000
+    assert queue.get("retry-last")["state"] == "failed"       # retry counts: no budget left
+    assert snooze["state"] == "scheduled" and snooze["run_at"] >= before + 3_500_000
+    fail = queue.get("fail")
+    assert fail["state"] == "failed" and fail["error"] == "no such customer"
+    bad = queue.get("bad")
+    assert bad["state"] == "failed" and "tq_settle" in bad["error"] and "5 minutes" in bad["error"]
+
+
+def test_progress_shows_in_get(queue):
+    queue.add({}, id="p")
+    release = threading.Event()
+
+    def handler(payload, run):
+        assert run.progress({"pct": 50}) is True
+        release.wait(10)
+        return "ok"
+
+    thread, _ = start_work(queue, handler)
+    wait_for(lambda: queue.get("p")["progress"] == {"pct": 50})
+    assert queue.get("p")["state"] == "running"
+    assert any(e["state"] == "progress" for e in queue.watch())
+    release.set()
+    wait_for(lambda: queue.get("p")["state"] == "done")
+    stop(queue, thread)
+
+
+def test_stop_waits_for_work_in_flight(queue):
+    queue.add({}, id="first", priority=1)
+    queue.add({}, id="second")
+    started, finished = threading.Event(), []
+
+    def handler(payload, run):
+        started.set()
+        time.sleep(1.0)
+        finished.append(time.time())
+        return "finished"
+
+    thread, box = start_work(queue, handler, concurrency=1)
+    assert started.wait(10)
+    queue.stop()
+    thread.join(15)
+    returned = time.time()
+    assert not thread.is_alive() and finished and finished[0] <= returned
+    assert box["handled"] == 1
+    assert queue.get("first")["state"] == "done"              # settled before work() returned
+    assert queue.get("second")["state"] == "waiting"          # nothing more was claimed
+    assert queue.get("second")["attempt"] == 0
+
+
+def test_handlers_run_in_parallel_threads_with_their_own_connections(queue):
+    ids = [queue.add({"i": i}) for i in range(3)]
+    seen = []
+
+    def handler(payload, run):
+        seen.append((threading.get_ident(), id(run.conn)))
+        time.sleep(1.0)
+
+    t0 = time.time()
+    thread, _ = start_work(queue, handler, concurrency=3)
+    wait_for(lambda: all(queue.get(i)["state"] == "done" for i in ids))
+    stop(queue, thread)
+    assert time.time() - t0 < 2.8
+    assert len({t for t, _ in seen}) == 3 and len({c for _, c in seen}) == 3
+
+
+def test_idle_worker_wakes_through_tq_wait(queue):
+    called = threading.Event()
+
+    def handler(payload, run):
+        called.set()
+        queue.stop()            # from a handler: work() returns once this job is settled
+
+    thread, _ = start_work(queue, handler, poll=5.0)
+    time.sleep(0.5)                              # the loop is now asleep in tq_wait(q, 5s)
+    t0 = time.time()
+    queue.add({}, id="wake")
+    assert called.wait(10)
+    assert time.time() - t0 < 2.0, "the add did not wake tq_wait"
+    thread.join(10)
+    assert not thread.is_alive()
+    assert queue.get("wake")["state"] == "done"
+
+
+def test_cancellation_sets_run_cancelled_and_skips_the_settle(queue):
+    queue.settings(lease="1s")
+    queue.add({}, id="c")
+    started, seen = threading.Event(), []
+
+    def handler(payload, run):
+        started.set()
+        deadline = time.time() + 5
+        while not run.cancelled and time.time() < deadline:
+            time.sleep(0.05)
+        seen.append(run.cancelled)
+        return "must not be recorded"
+
+    thread, _ = start_work(queue, handler)
+    assert started.wait(10)
+    assert queue.cancel("c") is True
+    wait_for(lambda: seen)
+    stop(queue, thread)
+    assert seen == [True]
+    assert queue.get("c") is None
+    states = [e["state"] for e in queue.watch() if e["id"] == "c"]
+    assert states[-1] == "cancelled" and "done" not in states
+
+
+def test_timed_out_attempt_is_cancelled_and_not_settled(queue):
+    queue.settings(lease="1s", timeout="1s", attempts=1)
+    queue.add({}, id="slow")
+    seen = []
+
+    def handler(payload, run):
+        deadline = time.time() + 5
+        while not run.cancelled and time.time() < deadline:
+            time.sleep(0.05)
+        seen.append(run.cancelled)
+        return "too late"
+
+    thread, _ = start_work(queue, handler)
+    wait_for(lambda: seen)
+    wait_for(lambda: queue.get("slow")["state"] == "failed")   # the next claim ends it
+    stop(queue, thread)
+    assert seen == [True]
+    job = queue.get("slow")
+    assert job["result"] is None and "timeout" in job["error"]
+
+
+def test_works_with_apsw_connections(db_path):
+    apsw = pytest.importorskip("apsw")
+    conn = apsw.Connection(db_path)
+    conn.setbusytimeout(5000)
+    tinyq.load(conn)
+    q = tinyq.Queue(conn, "q")
+    q.add({"n": 20}, id="a")
+
+    def handler(payload, run):
+        assert type(run.conn).__module__ == "apsw"
+        return {"twice": run.step("double", lambda: payload["n"] * 2)}
+
+    thread, _ = start_work(q, handler)
+    wait_for(lambda: q.get("a")["state"] == "done")
+    stop(q, thread)
+    assert q.get("a")["result"] == {"twice": 40}
+    conn.close()
+
+
+# -- real processes --------------------------------------------------------------------
+
+def test_step_survives_a_sigkilled_worker(db_path, queue):
+    queue.settings(lease="1s")
+    queue.add({"messageId": 41}, id="reply:41")
+    first = worker_process(db_path, """
+        def handler(payload, run):
+            run.step("answer", lambda: "answer of pid %d" % os.getpid())
+            time.sleep(60)                      # killed in here
+        q.work(handler)
+    """)
+    try:
+        wait_for(lambda: q_step(db_path), timeout=15)
+    finally:
+        first.kill()
+        finish(first)
+    assert first.returncode == -signal.SIGKILL
+    second = worker_process(db_path, """
+        def handler(payload, run):
+            called = []
+            answer = run.step("answer", lambda: called.append(1) or "a new answer")
+            q.stop()
+            return {"answer": answer, "attempt": run.attempt, "called": bool(called)}
+        q.work(handler, poll=0.2)
+    """)
+    rc, out, err = finish(second)
+    assert rc == 0, err
+    job = queue.get("reply:41")
+    assert job["state"] == "done" and job["attempt"] == 2
+    assert job["result"] == {"answer": "answer of pid %d" % first.pid, "attempt": 2,
+                             "called": False}
+
+
+def q_step(db_path):
+    conn = connect(db_path)
+    try:
+        return one(conn, "SELECT tq_step_get('reply:41', 'answer')")
+    finally:
+        conn.close()
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_signal_finishes_the_job_in_flight_then_exits(db_path, queue, sig):
+    queue.add({}, id="first", priority=1)
+    queue.add({}, id="second")
+    proc = worker_process(db_path, """
+        def handler(payload, run):
+            run.progress("started")
+            time.sleep(1.5)
+            return "finished"
+        print("handled", q.work(handler), flush=True)
+    """)
+    try:
+        wait_for(lambda: queue.get("first")["progress"] == "started", timeout=15)
+        proc.send_signal(sig)
+        rc, out, err = finish(proc)
+    finally:
+        proc.kill()
+    assert rc == 0, err
+    assert "handled 1" in out
+    first = queue.get("first")
+    assert first["state"] == "done" and first["result"] == "finished"
+    second = queue.get("second")
+    assert second["state"] == "waiting" and second["attempt"] == 0
+
+
+def test_renewals_keep_a_long_handlers_lease(db_path, queue, db):
+    queue.settings(lease="1s")
+    queue.add({}, id="long")
+    proc = worker_process(db_path, """
+        def handler(payload, run):
+            run.progress("started")
+            time.sleep(2.5)
+            q.stop()
+            return "still mine"
+        q.work(handler, poll=0.2)
+    """)
+    try:
+        wait_for(lambda: queue.get("long")["progress"] == "started", timeout=15)
+        stolen = []
+        while proc.poll() is None:              # another worker keeps trying, all along
+            stolen += claim(db, "q", worker="thief")
+            time.sleep(0.1)
+        rc, out, err = finish(proc)
+    finally:
+        proc.kill()
+    assert rc == 0, err
+    assert stolen == []
+    job = queue.get("long")
+    assert job["state"] == "done" and job["attempt"] == 1 and job["result"] == "still mine"
+    assert [e["state"] for e in queue.watch()].count("running") == 1
