@@ -182,7 +182,7 @@ impl Conn {
     /// and a connection holding a snapshot cannot wait for the write lock.
     pub fn write_tx<T>(&self, f: impl FnOnce() -> Result<T>) -> Result<T> {
         let own = self.autocommit() && !self.write_in_progress();
-        self.transaction(|| {
+        let r = self.transaction(|| {
             crate::schema::ensure(self)?;
             if !own {
                 // In the caller's transaction: an UPDATE takes the write lock even when it
@@ -190,7 +190,11 @@ impl Conn {
                 self.exec("UPDATE tinyq_meta SET value = value WHERE 0", &[])?;
             }
             f()
-        })
+        });
+        if own && r.is_ok() {
+            self.store_ready.set(true); // our transaction committed with the store in it
+        }
+        r
     }
 
     /// For a writer that is one statement (atomic by itself, and taking the write lock
