@@ -141,6 +141,15 @@ macro_rules! bail {
     ($($t:tt)*) => { return Err(crate::ffi::Error::bad(format!($($t)*))) };
 }
 
+/// `name: msg`, unless msg already names a tinyq function (an error of a nested call).
+pub fn prefixed(name: &str, msg: &str) -> String {
+    if msg.starts_with("tq_") && msg.contains(": ") {
+        msg.to_string()
+    } else {
+        format!("{name}: {msg}")
+    }
+}
+
 /// Runs `f`, turning a panic into an error so that it never unwinds into SQLite.
 pub fn guard<T>(f: impl FnOnce() -> Result<T>) -> Result<T> {
     match catch_unwind(AssertUnwindSafe(f)) {

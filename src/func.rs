@@ -44,7 +44,7 @@ unsafe extern "C" fn call(ctx: *mut sqlite3_context, argc: c_int, argv: *mut *mu
     });
     match r {
         Ok(out) => set_result(ctx, out),
-        Err(e) => set_error(ctx, &Error { code: e.code, msg: format!("{}: {}", entry.name, e.msg) }),
+        Err(e) => set_error(ctx, &Error { code: e.code, msg: crate::ffi::prefixed(entry.name, &e.msg) }),
     }
 }
 

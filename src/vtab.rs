@@ -157,7 +157,7 @@ unsafe fn run(vtab: *mut sqlite3_vtab, name: &str, f: impl FnOnce() -> Result<()
                 if !(*vtab).zErrMsg.is_null() {
                     sql!(free((*vtab).zErrMsg as *mut c_void));
                 }
-                (*vtab).zErrMsg = sqlite_string(&format!("{name}: {}", e.msg));
+                (*vtab).zErrMsg = sqlite_string(&crate::ffi::prefixed(name, &e.msg));
             }
             if e.code == SQLITE_OK { SQLITE_ERROR } else { e.code }
         }
