@@ -1,8 +1,9 @@
 -- tinyq store, version 1. Every object is named tinyq_*; nothing else is touched.
+-- Value columns are declared BLOB: no affinity, so text such as '0012' is kept as given.
 
 CREATE TABLE tinyq_meta (
   key   TEXT PRIMARY KEY,
-  value ANY
+  value BLOB
 ) WITHOUT ROWID;
 
 CREATE TABLE tinyq_queues (
@@ -39,15 +40,15 @@ CREATE TABLE tinyq_jobs (
   started_at  INTEGER,
   worker      TEXT,
   holder      INTEGER,                      -- tinyq_holders.id of the leasing process
-  payload     ANY,
-  result      ANY,
+  payload     BLOB,
+  result      BLOB,
   error       TEXT,
-  progress    ANY,
+  progress    BLOB,
   created_at  INTEGER NOT NULL,
   settled_at  INTEGER,
   expires_at  INTEGER,                      -- done/failed: when the id is freed
   changed_at  INTEGER NOT NULL,             -- time of the latest state change (for its event)
-  note        ANY                           -- detail of the latest state change (for its event)
+  note        BLOB                           -- detail of the latest state change (for its event)
 );
 
 -- Claim order (JOB-01) over due jobs.
@@ -64,7 +65,7 @@ CREATE INDEX tinyq_jobs_settled ON tinyq_jobs (queue, status, expires_at)
 CREATE TABLE tinyq_steps (
   job        INTEGER NOT NULL,   -- tinyq_jobs.seq
   name       TEXT NOT NULL,
-  value      ANY,
+  value      BLOB,
   attempt    INTEGER NOT NULL,
   created_at INTEGER NOT NULL,
   PRIMARY KEY (job, name)
@@ -77,7 +78,7 @@ CREATE TABLE tinyq_events (
   state   TEXT NOT NULL,
   attempt INTEGER NOT NULL,
   at      INTEGER NOT NULL,
-  detail  ANY
+  detail  BLOB
 );
 
 CREATE TABLE tinyq_starts (
@@ -126,4 +127,18 @@ END;
 
 CREATE TRIGGER tinyq_jobs_removed AFTER DELETE ON tinyq_jobs BEGIN
   DELETE FROM tinyq_steps WHERE job = OLD.seq;
+END;
+
+-- A cancelled job's id may be added again at once, while the cancelled attempt's worker
+-- still runs. The new job's attempts continue after the old ones, so that worker's calls
+-- (id, old attempt) can never match the new job (CAN-01, JOB-05).
+CREATE TABLE tinyq_tombstones (
+  id      TEXT PRIMARY KEY,
+  attempt INTEGER NOT NULL,
+  at      INTEGER NOT NULL
+) WITHOUT ROWID;
+
+CREATE TRIGGER tinyq_jobs_cancel_tombstone AFTER DELETE ON tinyq_jobs
+WHEN OLD.status = 'cancelled' AND OLD.attempt > 0 BEGIN
+  INSERT OR REPLACE INTO tinyq_tombstones (id, attempt, at) VALUES (OLD.id, OLD.attempt, OLD.changed_at);
 END;

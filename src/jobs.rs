@@ -59,8 +59,9 @@ pub fn tq_add(conn: &Conn, args: &[Val]) -> Result<Out> {
         };
         let insert = || {
             conn.exec(
-                "INSERT INTO tinyq_jobs (id, queue, status, grp, priority, run_at, budget, payload, created_at, changed_at)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?9)
+                "INSERT INTO tinyq_jobs (id, queue, status, grp, priority, run_at, budget, payload, created_at, changed_at, attempt)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?9,
+                         coalesce((SELECT attempt FROM tinyq_tombstones WHERE id = ?1), 0))
                  ON CONFLICT (id) DO NOTHING",
                 &[&id, &job.queue, &status, &job.group, &job.priority, &run_at, &job.attempts, &job.payload, &now],
             )
@@ -79,9 +80,10 @@ pub fn tq_add(conn: &Conn, args: &[Val]) -> Result<Out> {
 }
 
 fn generated_id(conn: &Conn, now: i64) -> Result<String> {
-    // With a pinned clock the draw is seeded by the next add order (REP-01).
+    // With a pinned clock the draw is seeded by the event log's position, which only grows
+    // (every add logs an event), so no two adds draw alike (REP-01).
     let salt = match conn.clock.get() {
-        Some(_) => conn.one_int("SELECT max(seq) FROM tinyq_jobs", &[])?.unwrap_or(0) as u64,
+        Some(_) => conn.one_int("SELECT max(seq) FROM tinyq_events", &[])?.unwrap_or(0) as u64,
         None => 0,
     };
     Ok(random::job_id(now, random::draw(conn, salt * 2), random::draw(conn, salt * 2 + 1)))

@@ -35,12 +35,12 @@ pub fn apply(conn: &Conn, job: &Held, q: &Settings, outcome: Outcome, now: i64) 
     };
     match outcome {
         Outcome::Error(msg) if left => again(conn, job.seq, job.tries, now + backoff(), Some(&msg), Val::Text(msg.clone()), now),
-        Outcome::Error(msg) | Outcome::Fail(msg) => fail(conn, job.seq, &msg, q, now),
+        Outcome::Error(msg) | Outcome::Fail(msg) => fail(conn, job.seq, &msg, q, now, false),
         Outcome::Retry(delay) if left => {
             let delay = delay.unwrap_or_else(backoff);
             again(conn, job.seq, job.tries, now + delay, None, Val::Int(delay), now)
         }
-        Outcome::Retry(_) => fail(conn, job.seq, &format!("retried on attempt {} of {budget}: no attempts left", job.tries), q, now),
+        Outcome::Retry(_) => fail(conn, job.seq, &format!("retried on attempt {} of {budget}: no attempts left", job.tries), q, now, false),
         Outcome::Snooze(delay) => again(conn, job.seq, job.tries - 1, now + delay, None, Val::Int(delay), now),
         Outcome::LeaseExpired { died } => {
             let why = if died { "worker process died" } else { "lease expired" };
@@ -52,7 +52,7 @@ pub fn apply(conn: &Conn, job: &Held, q: &Settings, outcome: Outcome, now: i64) 
                 )
             } else {
                 let msg = format!("{why} on attempt {} of {budget}: its leases ran out", job.attempt);
-                fail(conn, job.seq, &msg, q, now)
+                fail(conn, job.seq, &msg, q, now, true)
             }
         }
     }?;
@@ -70,12 +70,15 @@ fn again(conn: &Conn, seq: i64, tries: i64, run_at: i64, error: Option<&str>, no
     )
 }
 
-fn fail(conn: &Conn, seq: i64, msg: &str, q: &Settings, now: i64) -> Result<i64> {
+/// Fails the job for good. `keep_lease`: the attempt's lease ran out unsettled, and its
+/// late settlement still counts until someone claims the job (JOB-05).
+fn fail(conn: &Conn, seq: i64, msg: &str, q: &Settings, now: i64, keep_lease: bool) -> Result<i64> {
     conn.exec(
-        "UPDATE tinyq_jobs SET status = 'failed', error = ?2, note = ?2, lease_until = NULL, holder = NULL,
+        "UPDATE tinyq_jobs SET status = 'failed', error = ?2, note = ?2, holder = NULL,
+             lease_until = CASE WHEN ?5 THEN lease_until END,
              settled_at = ?3, expires_at = ?4, changed_at = ?3
          WHERE seq = ?1",
-        &[&seq, &msg, &now, &(now + q.keep())],
+        &[&seq, &msg, &now, &(now + q.keep()), &keep_lease],
     )
 }
 

@@ -25,6 +25,13 @@ pub fn queue(conn: &Conn, q: &Settings, now: i64, limit: i64) -> Result<i64> {
         )?;
     }
     if left > 0 {
+        // A tombstone outlives any worker of the cancelled attempt: keep it for `keep`.
+        left -= conn.exec(
+            "DELETE FROM tinyq_tombstones WHERE id IN (SELECT id FROM tinyq_tombstones WHERE at < ?1 LIMIT ?2)",
+            &[&(now - q.keep()), &left],
+        )?;
+    }
+    if left > 0 {
         left -= conn.exec(
             "DELETE FROM tinyq_starts WHERE rowid IN (
                  SELECT rowid FROM tinyq_starts WHERE queue = ?1 AND at <= ?2 LIMIT ?3)",

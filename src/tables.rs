@@ -104,9 +104,11 @@ impl TableFn for Jobs {
         let state = match arg(filters, 1) {
             None | Some(Val::Null) => None,
             Some(Val::Text(s)) if STATES.contains(&s.as_str()) => Some(s.clone()),
-            Some(v) => bail!("unknown state {v:?} (states: {})", STATES.join(", ")),
+            Some(Val::Text(s)) => bail!("unknown state '{}' (states: {})", options::clip(s), STATES.join(", ")),
+            Some(v) => bail!("state must be text, not {} (states: {})", v.kind(), STATES.join(", ")),
         };
-        if !schema::exists(conn)? {
+        // `= NULL` matches nothing, as in SQL.
+        if filters.iter().any(|f| matches!(f, Some(Val::Null))) || !schema::exists(conn)? {
             return Ok(Rows::list(vec![]));
         }
         let now = conn.now();
