@@ -4,7 +4,7 @@ PY ?= /usr/bin/python3
 CARGO ?= cargo
 EXT := dist/tinyq.so
 
-.PHONY: all loadable deps demo test test-rust test-python test-shell bench clean
+.PHONY: all loadable deps demo test test-rust test-python test-node bench bench-quick clean
 
 all: loadable
 
@@ -14,6 +14,9 @@ deps:
 	dpkg -s libclang-dev >/dev/null 2>&1 || missing="$$missing libclang-dev"; \
 	command -v sqlite3 >/dev/null 2>&1 || missing="$$missing sqlite3"; \
 	$(PY) -c 'import pytest' >/dev/null 2>&1 || missing="$$missing python3-pytest"; \
+	$(PY) -c 'import hypothesis' >/dev/null 2>&1 || missing="$$missing python3-hypothesis"; \
+	command -v valgrind >/dev/null 2>&1 || missing="$$missing valgrind"; \
+	command -v node >/dev/null 2>&1 || missing="$$missing nodejs npm"; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing:$$missing"; \
 	  (apt-get update -qq || true) && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
@@ -30,7 +33,7 @@ $(EXT): deps $(shell find src sql -type f 2>/dev/null) Cargo.toml
 demo: $(EXT)
 	$(PY) examples/demo.py
 
-test: $(EXT) test-rust test-python
+test: $(EXT) test-rust test-python test-node
 
 test-rust: deps
 	$(CARGO) test --release --lib
@@ -38,8 +41,21 @@ test-rust: deps
 test-python: $(EXT)
 	$(PY) -m pytest -q tests
 
+# Node helper: better-sqlite3 12 (13 needs Node 22); npm may skip the native build.
+node/node_modules: node/package.json
+	cd node && npm install --no-audit --no-fund --loglevel=error
+	@cd node && node -e "require('better-sqlite3')" 2>/dev/null || \
+	  (cd node_modules/better-sqlite3 && npx --yes node-gyp rebuild --release)
+	@touch node/node_modules
+
+test-node: $(EXT) node/node_modules
+	cd node && node --test test/
+
 bench: $(EXT)
 	$(PY) bench/lifecycle.py
+
+bench-quick: $(EXT)
+	$(PY) bench/lifecycle.py --quick
 
 clean:
 	rm -rf dist target

@@ -62,8 +62,8 @@ impl Options {
     pub fn int(&self, key: &str, lo: i64, hi: i64) -> Result<Option<i64>> {
         match self.raw(key) {
             None => Ok(None),
-            Some(Value::Number(n)) if n.as_i64().is_some() => {
-                let i = n.as_i64().expect("checked");
+            Some(Value::Number(n)) if n.as_i64().is_some() || n.as_f64().is_some_and(|f| f.fract() == 0.0 && f.abs() < 9.0e15) => {
+                let i = n.as_i64().unwrap_or_else(|| n.as_f64().expect("checked") as i64);
                 if i < lo || i > hi {
                     bail!("option \"{key}\" must be from {lo} to {hi}, not {i}");
                 }
@@ -139,6 +139,8 @@ pub fn name(what: &str, v: &Val) -> Result<String> {
 /// A required integer argument within bounds.
 pub fn int(what: &str, v: &Val, lo: i64, hi: i64) -> Result<i64> {
     match v {
+        // A whole number sent as a real (JavaScript drivers send every number so).
+        Val::Real(f) if f.fract() == 0.0 && f.abs() < 9.0e15 => int(what, &Val::Int(*f as i64), lo, hi),
         Val::Int(i) if *i >= lo && *i <= hi => Ok(*i),
         Val::Int(i) => bail!("{what} must be from {lo} to {hi}, not {i}"),
         Val::Text(s) => match s.trim().parse::<i64>() {

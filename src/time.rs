@@ -66,6 +66,7 @@ fn parse_duration_text(s: &str) -> Result<i64, String> {
 /// A time: integer ms since the epoch, or ISO-8601 text ('2026-11-29T12:00:00Z').
 pub fn parse_time(v: &Val) -> Result<i64, String> {
     match v {
+        Val::Real(f) if f.fract() == 0.0 && f.abs() < 9.0e15 => parse_time(&Val::Int(*f as i64)),
         Val::Int(i) if (0..=253_402_300_799_999).contains(i) => Ok(*i),
         Val::Int(i) => Err(format!("bad time {i}: out of range")),
         Val::Text(s) => {

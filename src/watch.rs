@@ -28,18 +28,29 @@ fn claimable(conn: &Conn, queue: &str, now: i64) -> Result<bool> {
                      OR EXISTS (SELECT 1 FROM tinyq_jobs WHERE status = 'running' AND queue = ?1 AND lease_until <= ?2)",
         &[&queue, &now],
     )?;
-    Ok(pending.is_some() && (q.concurrency.is_none() && q.rate.is_none() && !q.has_group_limits()))
+    // With limits, such a job may still not fit; the claim that moves it in line tells.
+    Ok(pending.is_some())
 }
 
-/// When something in the queue next becomes due by the clock alone (a scheduled job, a lease).
+/// When something in the queue next becomes due by the clock alone: a scheduled job, the
+/// end of a lease, or a start leaving the rate window.
 fn next_due(conn: &Conn, queue: &str, now: i64) -> Result<Option<i64>> {
-    conn.one_int(
+    let q = queues::load(conn, queue)?;
+    let window = q.longest_window();
+    let rate_frees = if q.counts_starts() {
+        conn.one_int("SELECT min(at) FROM tinyq_starts WHERE queue = ?1 AND at > ?2", &[&queue, &(now - window)])?
+            .map(|at| at + window)
+    } else {
+        None
+    };
+    let clock = conn.one_int(
         "SELECT min(t) FROM (
              SELECT min(run_at) AS t FROM tinyq_jobs WHERE status = 'scheduled' AND queue = ?1 AND run_at > ?2
              UNION ALL
              SELECT min(lease_until) FROM tinyq_jobs WHERE status = 'running' AND queue = ?1 AND lease_until > ?2)",
         &[&queue, &now],
-    )
+    )?;
+    Ok([clock, rate_frees].into_iter().flatten().min())
 }
 
 /// tq_wait(queue, timeout) -> 1 when a job may be claimable, 0 when the timeout passed.

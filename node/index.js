@@ -1,0 +1,425 @@
+'use strict';
+/**
+ * tinyq for Node: load the extension, add jobs, and run workers.
+ *
+ *   const tinyq = require('tinyq');
+ *   const replies = new tinyq.Queue('app.db', 'replies');
+ *   replies.add({ messageId: 41 }, { id: 'reply:41' });
+ *
+ *   await replies.work(async (payload, run) => {
+ *     const text = await run.step('answer', () => model.answer(payload.messageId));
+ *     await send(text);
+ *     return { sent: true };
+ *   }, { concurrency: 4, handleSignals: true });   // until replies.stop(), SIGTERM or SIGINT
+ *
+ * Everything goes through tinyq's SQL functions over better-sqlite3, which is synchronous:
+ * each call is short, and the handlers, lease renewals and the claim loop share the event
+ * loop. A handler that computes for a long time without awaiting delays its own renewals.
+ */
+const fs = require('fs');
+const os = require('os');
+const path = require('path');
+const Database = require('better-sqlite3');
+
+// -- loading ---------------------------------------------------------------------------
+
+/** Where the extension is: $TINYQ_EXT, else a tinyq.so packaged next to this file,
+ * else the repository's ../dist/tinyq.so. */
+function extensionPath() {
+  if (process.env.TINYQ_EXT) return process.env.TINYQ_EXT;
+  for (const folder of [__dirname, path.join(__dirname, '..', 'dist')]) {
+    for (const suffix of ['.so', '.dylib', '.dll']) {
+      const candidate = path.join(folder, 'tinyq' + suffix);
+      if (fs.existsSync(candidate)) return candidate;
+    }
+  }
+  throw new Error('tinyq extension not found: set TINYQ_EXT, or build dist/tinyq.so (make)');
+}
+
+/** Load tinyq into a better-sqlite3 Database; returns the Database. */
+function load(db) {
+  db.loadExtension(extensionPath());
+  return db;
+}
+
+/** A Database the way a worker wants one: tinyq loaded, WAL, synchronous=NORMAL,
+ * busy_timeout 5000 ms. */
+function open(file, options) {
+  const db = new Database(file, options);
+  try {
+    load(db);
+    db.pragma('busy_timeout = 5000');
+    db.pragma('journal_mode = WAL');
+    db.pragma('synchronous = NORMAL');
+  } catch (err) {
+    db.close();
+    throw err;
+  }
+  return db;
+}
+
+// -- values ----------------------------------------------------------------------------
+
+// better-sqlite3 binds every JS number as a REAL (10 arrives as 10.0), and tinyq's integer
+// arguments (n, attempt, since) accept only INTEGER. So whole numbers are bound as BigInt.
+function arg(value) {
+  if (typeof value === 'number' && Number.isSafeInteger(value)) return BigInt(value);
+  if (typeof value === 'boolean') return value ? 1n : 0n;
+  if (value instanceof Date) return BigInt(value.getTime());
+  return value === undefined ? null : value;
+}
+
+function one(db, sql, ...args) {
+  return db.prepare(sql).pluck().get(...args.map(arg));
+}
+
+function rows(db, sql, ...args) {
+  return db.prepare(sql).all(...args.map(arg));
+}
+
+/** Text is stored as is; anything else (object, array, number, boolean, null) as JSON. */
+function encode(value) {
+  if (typeof value === 'string') return value;
+  return JSON.stringify(value === undefined ? null : value);
+}
+
+/** JSON text back to a value; text that is not JSON (and numbers) come back as they are. */
+function decode(value) {
+  if (typeof value !== 'string') return value;
+  try {
+    return JSON.parse(value);
+  } catch {
+    return value;
+  }
+}
+
+/** A JSON options object of the keys that are set (Dates as ms), or null when none is. */
+function options(object) {
+  const out = {};
+  for (const [key, value] of Object.entries(object || {})) {
+    if (value !== undefined && value !== null) out[key] = value instanceof Date ? value.getTime() : value;
+  }
+  return Object.keys(out).length ? JSON.stringify(out) : null;
+}
+
+/** "Name: message" for a thrown Error (the class name when `name` was left as "Error"). */
+function errorText(err) {
+  if (!(err instanceof Error)) return String(err);
+  let name = err.name || 'Error';
+  if (name === 'Error' && err.constructor && err.constructor.name) name = err.constructor.name;
+  return err.message ? `${name}: ${err.message}` : name;
+}
+
+const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
+
+// -- a run: what a handler gets besides its payload ------------------------------------
+
+/** Thrown by run.retry / run.snooze / run.fail: the loop settles the job with it. Not an
+ * Error, so `catch (e) { if (e instanceof Error) ... }` in a handler lets it through. */
+class Outcome {
+  constructor(outcome, value) {
+    this.outcome = outcome; // 'retry' | 'snooze' | 'fail', or null: settle nothing
+    this.value = value;
+  }
+}
+
+/** This attempt no longer holds its job (cancelled, timed out, or taken by a later
+ * attempt): thrown by run.step when its answer could not be kept. Nothing is settled. */
+class Cancelled extends Outcome {
+  constructor(reason) {
+    super(null, reason);
+  }
+}
+
+class Run {
+  constructor(db, job) {
+    this.db = db; // the worker's connection, for the handler's own SQL
+    this.id = job.id;
+    this.attempt = job.attempt;
+    this.group = job.group_key;
+    this.leaseUntil = job.lease_until;
+    this.deadline = job.deadline;
+    this.cancelled = false; // true once the job was cancelled or timed out
+    this._abort = new AbortController();
+    this.signal = this._abort.signal; // aborted when `cancelled` becomes true (for fetch etc.)
+  }
+
+  _cancel() {
+    if (!this.cancelled) {
+      this.cancelled = true;
+      this._abort.abort();
+    }
+  }
+
+  /** The answer kept under `name` by any attempt; else `await fn()`, kept as JSON. */
+  async step(name, fn) {
+    let kept = one(this.db, 'SELECT tq_step_get(?, ?)', this.id, name);
+    if (kept === null) {
+      const value = JSON.stringify((await fn()) ?? null);
+      kept = one(this.db, 'SELECT tq_step_put(?, ?, ?, ?)', this.id, this.attempt, name, value);
+      if (kept === null) {
+        this._cancel();
+        throw new Cancelled(`step "${name}" not kept: attempt ${this.attempt} of ${this.id} no longer holds the job`);
+      }
+    }
+    return decode(kept);
+  }
+
+  /** Record progress (text as is, anything else as JSON); false when the job is gone. */
+  progress(value) {
+    const ok = one(this.db, 'SELECT tq_progress(?, ?, ?)', this.id, this.attempt, encode(value)) === 1;
+    if (!ok) this._cancel();
+    return ok;
+  }
+
+  /** End this attempt; run again after `delay` (default: the backoff). Counts. */
+  retry(delay) {
+    throw new Outcome('retry', delay);
+  }
+
+  /** End this attempt; run again after `delay`. Does not count against the budget. */
+  snooze(delay) {
+    throw new Outcome('snooze', delay);
+  }
+
+  /** Fail the job for good now, with `reason` as its error. */
+  fail(reason) {
+    throw new Outcome('fail', String(reason));
+  }
+}
+
+// -- the queue -------------------------------------------------------------------------
+
+/** One named queue in one SQLite file. `dbOrPath` is a path (the Queue opens its own
+ * Database) or a better-sqlite3 Database of yours with tinyq loaded. Every method but
+ * work() runs on that Database, in whatever transaction it is in: none begins or commits. */
+class Queue {
+  constructor(dbOrPath, name) {
+    if (typeof dbOrPath === 'string') {
+      this.path = dbOrPath;
+      this.db = open(dbOrPath);
+      this._ownsDb = true;
+    } else {
+      this.path = null;
+      this.db = dbOrPath;
+      this._ownsDb = false;
+    }
+    this.name = name;
+    this._working = null; // the promise of a running work()
+    this._stopping = false;
+    this._wake = () => {};
+  }
+
+  /** Add a job; returns its id. Options: id, delay, at, group, priority, attempts. */
+  add(payload, opts) {
+    const o = options(opts);
+    const id = o === null
+      ? one(this.db, 'SELECT tq_add(?, ?)', this.name, encode(payload))
+      : one(this.db, 'SELECT tq_add(?, ?, ?)', this.name, encode(payload), o);
+    this._wake(); // a worker of this Queue claims it without waiting for its next poll
+    return id;
+  }
+
+  /** The job (tq_get) as an object, or null when there is no such job. */
+  get(id) {
+    const text = one(this.db, 'SELECT tq_get(?)', id);
+    return text === null ? null : JSON.parse(text);
+  }
+
+  /** Remove a scheduled, waiting or running job; false when there was nothing to cancel. */
+  cancel(id) {
+    return one(this.db, 'SELECT tq_cancel(?)', id) === 1;
+  }
+
+  /** Make a failed job waiting again with a fresh attempt budget. */
+  retry(id) {
+    return one(this.db, 'SELECT tq_retry(?)', id) === 1;
+  }
+
+  /** This queue's state changes with seq > since, oldest first. */
+  watch(since = 0) {
+    return rows(this.db, 'SELECT seq, id, queue, state, attempt, at, detail FROM tq_watch(?, ?)', since, this.name);
+  }
+
+  /** Read (no argument) or set the queue's settings; returns the effective settings. */
+  settings(opts) {
+    const o = options(opts);
+    const text = o === null
+      ? one(this.db, 'SELECT tq_queue(?)', this.name)
+      : one(this.db, 'SELECT tq_queue(?, ?)', this.name, o);
+    return text === null ? null : JSON.parse(text);
+  }
+
+  /**
+   * Run `await handler(payload, run)` for this queue's jobs until stop() (or SIGTERM/SIGINT
+   * with handleSignals). Up to `concurrency` handlers run at once. Resolves, with how many
+   * jobs it handled, once stopped and every job in flight has finished and settled.
+   * Options: concurrency (1), worker (host:pid), lease (the queue's), poll (1000 ms),
+   * handleSignals (false).
+   */
+  work(handler, opts = {}) {
+    if (this._working) throw new Error('this Queue is already working');
+    this._stopping = false;
+    this._working = workLoop(this, handler, opts).finally(() => {
+      this._working = null;
+      this._wake = () => {};
+    });
+    return this._working;
+  }
+
+  /** Claim nothing more; the promise resolves once work() has finished its jobs in flight. */
+  stop() {
+    this._stopping = true;
+    this._wake();
+    return this._working || Promise.resolve(0);
+  }
+
+  close() {
+    if (this._ownsDb) this.db.close();
+  }
+}
+
+// -- the worker loop -------------------------------------------------------------------
+
+// How often an idle worker looks for work. better-sqlite3 runs every call on the main
+// thread, so `tq_wait(q, 1000)` would freeze the event loop (handlers, renewals, timers)
+// for up to a second. Instead the loop sleeps in JS and asks `tq_wait(q, 0)` every QUICK
+// ms: a read-only check that takes no lock and returns at once. It also claims every
+// `poll` ms whatever tq_wait says, so a wrong "0" can only delay a job, never strand it.
+// An idle claim commits nothing, so it wakes no other process's tq_wait.
+const QUICK = 50;
+
+async function workLoop(queue, handler, opts) {
+  const concurrency = opts.concurrency ?? 1;
+  if (!(concurrency >= 1)) throw new Error('concurrency must be at least 1');
+  const worker = opts.worker || `${os.hostname()}:${process.pid}`;
+  const poll = opts.poll ?? 1000;
+  const claimOpts = options({ lease: opts.lease });
+  const claimSql = 'SELECT id, attempt, payload, group_key, lease_until, deadline FROM tq_claim(?, ?, ?'
+    + (claimOpts === null ? ')' : ', ?)');
+
+  const file = queue.path || queue.db.name;
+  if (!file || file === ':memory:' || queue.db.memory) {
+    throw new Error('Queue.work needs a database file (not :memory:)');
+  }
+  const db = open(file); // the worker's own connection: never inside the caller's transaction
+  const inflight = new Set();
+  let handled = 0;
+  let wake = null;
+  queue._wake = () => wake && wake();
+  const nap = (ms) => new Promise((resolve) => {
+    const timer = setTimeout(() => { wake = null; resolve(); }, ms);
+    wake = () => { clearTimeout(timer); wake = null; resolve(); };
+  });
+
+  const onSignal = () => queue.stop();
+  if (opts.handleSignals) {
+    process.once('SIGTERM', onSignal);
+    process.once('SIGINT', onSignal);
+  }
+  try {
+    let lastClaim = 0;
+    while (!queue._stopping) {
+      const free = concurrency - inflight.size;
+      if (free <= 0) {
+        await nap(poll); // a finishing handler wakes us
+        continue;
+      }
+      if (Date.now() - lastClaim < poll && !quickCheck(db, queue.name)) {
+        await nap(QUICK);
+        continue;
+      }
+      lastClaim = Date.now();
+      let jobs = [];
+      try {
+        jobs = claimOpts === null
+          ? rows(db, claimSql, queue.name, worker, free)
+          : rows(db, claimSql, queue.name, worker, free, claimOpts);
+      } catch (err) {
+        if (!isBusy(err)) throw err;
+        console.warn(`tinyq: claim on ${queue.name} failed: ${err.message}`);
+      }
+      for (const job of jobs) {
+        const p = runOne(db, handler, job).finally(() => {
+          inflight.delete(p);
+          queue._wake();
+        });
+        inflight.add(p);
+        handled += 1;
+      }
+      if (jobs.length < free) await nap(QUICK);
+    }
+  } finally {
+    process.removeListener('SIGTERM', onSignal);
+    process.removeListener('SIGINT', onSignal);
+    await Promise.allSettled(inflight); // claim nothing more; wait for the work in flight
+    db.close();
+  }
+  return handled;
+}
+
+function quickCheck(db, name) {
+  try {
+    return one(db, 'SELECT tq_wait(?, 0)', name) === 1;
+  } catch (err) {
+    if (!isBusy(err)) throw err;
+    return false;
+  }
+}
+
+function isBusy(err) {
+  return /SQLITE_BUSY|SQLITE_LOCKED/.test(err && err.code) || /locked|busy/i.test(err && err.message);
+}
+
+/** One claimed job: run the handler with its lease renewed, then settle (unless cancelled). */
+async function runOne(db, handler, job) {
+  const run = new Run(db, job);
+  const every = Math.max(job.lease_until - Date.now(), 100) / 2; // renew at half the lease
+  let timer = null;
+  const renew = () => {
+    let next = every;
+    try {
+      const until = one(db, 'SELECT tq_renew(?, ?)', run.id, run.attempt);
+      if (until === null) return run._cancel(); // cancelled, timed out, or taken: stop renewing
+      run.leaseUntil = until;
+    } catch (err) {
+      console.warn(`tinyq: renewing ${run.id} attempt ${run.attempt} failed: ${err.message}`);
+      next = Math.min(every, 1000) / 4; // busy, most likely: try again soon
+    }
+    timer = setTimeout(renew, next);
+  };
+  timer = setTimeout(renew, every);
+
+  let outcome, value;
+  try {
+    const result = await handler(decode(job.payload), run);
+    [outcome, value] = ['done', result === undefined ? undefined : encode(result)];
+  } catch (err) {
+    [outcome, value] = err instanceof Outcome ? [err.outcome, err.value] : ['error', errorText(err)];
+  } finally {
+    clearTimeout(timer);
+  }
+  if (outcome && !run.cancelled) settle(db, run, outcome, value);
+}
+
+/** tq_settle, retried a little when busy. A settle the extension refuses (a bad delay, say)
+ * is recorded as an error instead, so the job does not sit until its lease ends. */
+function settle(db, run, outcome, value) {
+  const args = [run.id, run.attempt, outcome];
+  if (value !== undefined && value !== null) args.push(value);
+  const sql = `SELECT tq_settle(${args.map(() => '?').join(', ')})`;
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return one(db, sql, ...args);
+    } catch (err) {
+      if (isBusy(err) && attempt < 3) continue;
+      if (outcome === 'error' || isBusy(err)) {
+        console.error(`tinyq: settling ${run.id} attempt ${run.attempt} failed: ${err.message}`);
+        return null;
+      }
+      return settle(db, run, 'error', errorText(err));
+    }
+  }
+}
+
+module.exports = { load, open, extensionPath, Queue, Run, Outcome, Cancelled };

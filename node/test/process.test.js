@@ -1,0 +1,106 @@
+'use strict';
+// Workers in child processes: steps survive a killed worker; SIGTERM stops a worker cleanly.
+const { test, after } = require('node:test');
+const assert = require('node:assert/strict');
+const { spawn } = require('child_process');
+const fs = require('fs');
+const os = require('os');
+const path = require('path');
+const tinyq = require('..');
+
+const dirs = [];
+const tempDb = () => {
+  dirs.push(fs.mkdtempSync(path.join(os.tmpdir(), 'tinyq-node-')));
+  return path.join(dirs[dirs.length - 1], 'q.db');
+};
+after(() => dirs.forEach((d) => fs.rmSync(d, { recursive: true, force: true })));
+
+/** A child `node -e source` with TINYQ_TEST_DB set; resolves `lines` as its stdout comes. */
+function child(source, file) {
+  const pkg = JSON.stringify(path.join(__dirname, '..'));
+  const proc = spawn(process.execPath, ['-e', `const tinyq = require(${pkg});\n${source}`], {
+    env: { ...process.env, TINYQ_TEST_DB: file },
+    stdio: ['ignore', 'pipe', 'inherit'],
+  });
+  let out = '';
+  const waiters = [];
+  proc.stdout.on('data', (chunk) => {
+    out += chunk;
+    for (const w of waiters.splice(0)) w();
+  });
+  const exited = new Promise((resolve) => proc.on('exit', (code, signal) => resolve({ code, signal })));
+  /** Resolves once the child printed a line matching `re` (rejects if it exits first). */
+  proc.line = (re) => new Promise((resolve, reject) => {
+    const check = () => (re.test(out) ? resolve(out.match(re)) : waiters.push(check));
+    exited.then(() => reject(new Error(`child exited before printing ${re}: ${out}`)));
+    check();
+  });
+  proc.exited = exited;
+  return proc;
+}
+
+test('a step kept by a worker that is then killed (SIGKILL) is the next attempt\'s answer', async () => {
+  const file = tempDb();
+  const q = new tinyq.Queue(file, 'q');
+  q.settings({ lease: '30s' });
+  q.add({ question: 'hi?' }, { id: 'ask' });
+
+  const worker = child(`
+    const q = new tinyq.Queue(process.env.TINYQ_TEST_DB, 'q');
+    q.work(async (payload, run) => {
+      const answer = await run.step('answer', async () => 'answer of pid ' + process.pid);
+      console.log('kept: ' + answer + ' (attempt ' + run.attempt + ')');
+      await new Promise(() => {});   // and never finish: the parent kills us here
+    });`, file);
+  const [, kept] = await worker.line(/kept: (.*) \(attempt 1\)/);
+  worker.kill('SIGKILL');
+  assert.equal((await worker.exited).signal, 'SIGKILL');
+  assert.equal(q.get('ask').state, 'running');
+
+  // The dead process's lease ends at once (DUR-02), well before its 30 s run out.
+  const t0 = Date.now();
+  let seen;
+  const working = q.work(async (payload, run) => {
+    let recomputed = false;
+    const answer = await run.step('answer', async () => { recomputed = true; return 'a new answer'; });
+    seen = { answer, recomputed, attempt: run.attempt, payload };
+    return { answer };
+  });
+  while (q.get('ask').state !== 'done' && Date.now() - t0 < 10000) {
+    await new Promise((resolve) => setTimeout(resolve, 20));
+  }
+  await q.stop();
+  await working;
+  assert.deepEqual(seen, { answer: kept, recomputed: false, attempt: 2, payload: { question: 'hi?' } });
+  assert.deepEqual(q.get('ask').result, { answer: kept });
+  assert.ok(Date.now() - t0 < 10000);
+  q.close();
+});
+
+test('with handleSignals, SIGTERM stops claiming and waits for the handler in flight', async () => {
+  const file = tempDb();
+  const q = new tinyq.Queue(file, 'q');
+  q.add({}, { id: 'first' });
+  q.add({}, { id: 'second' });
+
+  const worker = child(`
+    const q = new tinyq.Queue(process.env.TINYQ_TEST_DB, 'q');
+    q.work(async (payload, run) => {
+      console.log('started ' + run.id);
+      await new Promise((resolve) => setTimeout(resolve, 500));
+      console.log('finished ' + run.id);
+      return 'ok';
+    }, { handleSignals: true }).then((handled) => {
+      console.log('stopped after ' + handled);
+      q.close();
+    });`, file);
+  await worker.line(/started first/);
+  worker.kill('SIGTERM');
+  const { code, signal } = await worker.exited;
+  assert.equal(signal, null);
+  assert.equal(code, 0);
+  await worker.line(/finished first\nstopped after 1\n$/);
+  assert.equal(q.get('first').state, 'done');
+  assert.equal(q.get('second').state, 'waiting');
+  q.close();
+});

@@ -1,0 +1,107 @@
+'use strict';
+// The Queue methods other than work(): add, get, cancel, retry, watch, settings, load/open.
+const { test, after } = require('node:test');
+const assert = require('node:assert/strict');
+const fs = require('fs');
+const os = require('os');
+const path = require('path');
+const Database = require('better-sqlite3');
+const tinyq = require('..');
+
+const dirs = [];
+const tempDb = () => {
+  dirs.push(fs.mkdtempSync(path.join(os.tmpdir(), 'tinyq-node-')));
+  return path.join(dirs[dirs.length - 1], 'q.db');
+};
+after(() => dirs.forEach((d) => fs.rmSync(d, { recursive: true, force: true })));
+
+test('open() loads tinyq and sets WAL, synchronous=NORMAL, busy_timeout', () => {
+  const db = tinyq.open(tempDb());
+  assert.match(db.prepare('SELECT tq_version()').pluck().get(), /^\d+\.\d+/);
+  assert.equal(db.pragma('journal_mode', { simple: true }), 'wal');
+  assert.equal(db.pragma('synchronous', { simple: true }), 1);
+  assert.equal(db.pragma('busy_timeout', { simple: true }), 5000);
+  db.close();
+});
+
+test('load() loads tinyq into a Database of yours', () => {
+  const db = tinyq.load(new Database(':memory:'));
+  assert.equal(typeof db.prepare('SELECT tq_now()').pluck().get(), 'number');
+  db.close();
+});
+
+test('add and get: payload as JSON, options, dedupe by id, null for no job', () => {
+  const q = new tinyq.Queue(tempDb(), 'mail');
+  const id = q.add({ to: 'ann', n: 1 });
+  assert.match(id, /^tq_/);
+  const job = q.get(id);
+  assert.equal(job.queue, 'mail');
+  assert.equal(job.state, 'waiting');
+  assert.deepEqual(job.payload, { to: 'ann', n: 1 });
+
+  assert.equal(q.add('plain text', { id: 'reply:41', priority: 5, group: 'ann', attempts: 3 }), 'reply:41');
+  const chosen = q.get('reply:41');
+  assert.equal(chosen.payload, 'plain text');
+  assert.equal(chosen.priority, 5);
+  assert.equal(chosen.group, 'ann');
+  assert.equal(chosen.attempts, 3);
+  assert.equal(q.add('another', { id: 'reply:41' }), 'reply:41'); // DEDUPE: adds nothing
+  assert.equal(q.get('reply:41').payload, 'plain text');
+
+  assert.equal(q.get(q.add({}, { delay: '1h' })).state, 'scheduled');
+  const at = new Date(Date.now() + 60000);
+  assert.equal(q.get(q.add({}, { at })).run_at, at.getTime());
+  assert.equal(q.get('no such job'), null);
+  q.close();
+});
+
+test('a bad option is the extension\'s error, naming the key', () => {
+  const q = new tinyq.Queue(tempDb(), 'mail');
+  assert.throws(() => q.add({}, { delay: '5 minutes' }), /tq_add: .*delay/);
+  q.close();
+});
+
+test('add runs inside the caller\'s transaction and rolls back with it', () => {
+  const db = tinyq.open(tempDb());
+  const q = new tinyq.Queue(db, 'mail');
+  db.exec('CREATE TABLE messages (id INTEGER PRIMARY KEY, body TEXT)');
+  const sendLater = db.transaction((body, fail) => {
+    const { lastInsertRowid } = db.prepare('INSERT INTO messages (body) VALUES (?)').run(body);
+    q.add({ message: Number(lastInsertRowid) }, { id: `send:${body}` });
+    if (fail) throw new Error('rolled back');
+  });
+  sendLater.immediate('kept', false);
+  assert.throws(() => sendLater.immediate('lost', true), /rolled back/);
+  assert.notEqual(q.get('send:kept'), null);
+  assert.equal(q.get('send:lost'), null);
+  assert.equal(db.prepare('SELECT count(*) FROM messages').pluck().get(), 1);
+  db.close();
+});
+
+test('cancel, retry, watch and settings', () => {
+  const q = new tinyq.Queue(tempDb(), 'jobs');
+  assert.equal(q.settings().lease, 30000);
+  const s = q.settings({ lease: '2s', attempts: 1 });
+  assert.equal(s.lease, 2000);
+  assert.equal(s.attempts, 1);
+
+  q.add({}, { id: 'a' });
+  assert.equal(q.cancel('a'), true);
+  assert.equal(q.cancel('a'), false);
+  assert.equal(q.get('a'), null);
+
+  q.add({}, { id: 'b' });
+  const [job] = q.db.prepare("SELECT id, attempt FROM tq_claim('jobs', 'w', 1)").all();
+  q.db.prepare("SELECT tq_settle(?, ?, 'fail', 'broken')").pluck().get(job.id, BigInt(job.attempt));
+  assert.equal(q.get('b').state, 'failed');
+  assert.equal(q.retry('b'), true);
+  assert.equal(q.get('b').state, 'waiting');
+  assert.equal(q.retry('b'), false);
+
+  const events = q.watch();
+  assert.deepEqual(events.map((e) => `${e.id}:${e.state}`),
+    ['a:waiting', 'a:cancelled', 'b:waiting', 'b:running', 'b:failed', 'b:waiting']);
+  assert.equal(events[4].detail, 'broken');
+  assert.deepEqual(q.watch(events[4].seq).map((e) => e.state), ['waiting']);
+  q.close();
+});

@@ -1,0 +1,235 @@
+'use strict';
+// Queue.work(): outcomes, errors, lease renewals, stop(), cancellation and timeouts.
+const { test, after, afterEach } = require('node:test');
+const assert = require('node:assert/strict');
+const fs = require('fs');
+const os = require('os');
+const path = require('path');
+const tinyq = require('..');
+
+const dirs = [];
+const tempDb = () => {
+  dirs.push(fs.mkdtempSync(path.join(os.tmpdir(), 'tinyq-node-')));
+  return path.join(dirs[dirs.length - 1], 'q.db');
+};
+after(() => dirs.forEach((d) => fs.rmSync(d, { recursive: true, force: true })));
+
+// Every test's queues are stopped and closed after it, even when it fails, so that a
+// failing test cannot leave a worker running (which would keep the test process alive).
+const queues = [];
+const newQueue = (name = 'q') => {
+  queues.push(new tinyq.Queue(tempDb(), name));
+  return queues[queues.length - 1];
+};
+afterEach(async () => {
+  for (const q of queues.splice(0)) {
+    await q.stop();
+    }
+});
+const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
+
+/** Resolves once `check()` is truthy (polled), or fails after `ms`. */
+async function until(check, ms = 5000) {
+  const end = Date.now() + ms;
+  while (!check()) {
+    if (Date.now() > end) throw new Error(`timed out waiting for ${check}`);
+    await sleep(10);
+  }
+}
+
+/** Work `q` with `handler` until every job in `ids` is no longer waiting/running. */
+async function workUntilSettled(q, ids, handler, opts) {
+  const working = q.work(handler, opts);
+  await until(() => ids.every((id) => !['waiting', 'running'].includes(q.get(id).state)));
+  await q.stop();
+  return working;
+}
+
+test('work runs the handler and settles done with its result', async () => {
+  const q = newQueue();
+  q.add({ n: 20 }, { id: 'a' });
+  q.add('text', { id: 'b' });
+  const seen = [];
+  const handled = await workUntilSettled(q, ['a', 'b'], async (payload, run) => {
+    seen.push([run.id, run.attempt, payload]);
+    return typeof payload === 'object' ? { double: payload.n * 2 } : undefined;
+  }, { concurrency: 2 });
+  assert.equal(handled, 2);
+  assert.deepEqual(seen.sort(), [['a', 1, { n: 20 }], ['b', 1, 'text']]);
+  assert.equal(q.get('a').state, 'done');
+  assert.deepEqual(q.get('a').result, { double: 40 });
+  assert.equal(q.get('b').result, null);
+});
+
+test('a handler that throws is recorded as an error "Name: message"', async () => {
+  class QuotaError extends Error {}
+  const q = newQueue();
+  q.add({}, { id: 'custom', attempts: 1 });
+  q.add({}, { id: 'type', attempts: 1 });
+  q.add({}, { id: 'again', attempts: 2 });
+  await workUntilSettled(q, ['custom', 'type'], async (payload, run) => {
+    if (run.id === 'custom') throw new QuotaError('over quota');
+    if (run.id === 'type') null.boom; // eslint-disable-line no-unused-expressions
+    throw new RangeError('too far');
+  });
+  assert.equal(q.get('custom').state, 'failed');
+  assert.equal(q.get('custom').error, 'QuotaError: over quota');
+  assert.match(q.get('type').error, /^TypeError: Cannot read properties of null/);
+  // With attempts left, an error is retried after its backoff (1 s by default).
+  const again = q.get('again');
+  assert.equal(again.state, 'scheduled');
+  assert.equal(again.error, 'RangeError: too far');
+  assert.ok(again.run_at > Date.now() + 500);
+});
+
+test('run.retry, run.snooze and run.fail', async () => {
+  const q = newQueue();
+  for (const id of ['retry', 'snooze', 'fail', 'retry-last', 'snooze-last']) {
+    q.add({}, { id, attempts: id.endsWith('-last') ? 1 : 5 });
+  }
+  await workUntilSettled(q, ['retry', 'snooze', 'fail', 'retry-last', 'snooze-last'], async (payload, run) => {
+    if (run.id.startsWith('retry')) run.retry('1h');
+    if (run.id.startsWith('snooze')) return run.snooze(3600000);
+    run.fail('not worth it');
+  }, { concurrency: 5 });
+  const hour = Date.now() + 3500000;
+  const retried = q.get('retry');
+  assert.equal(retried.state, 'scheduled');
+  assert.equal(retried.tries, 1); // counts
+  assert.ok(retried.run_at > hour);
+  const snoozed = q.get('snooze');
+  assert.equal(snoozed.state, 'scheduled');
+  assert.equal(snoozed.tries, 0); // does not count
+  assert.ok(snoozed.run_at > hour);
+  assert.equal(q.get('snooze-last').state, 'scheduled'); // budget of 1 not used up
+  assert.equal(q.get('retry-last').state, 'failed'); // budget of 1 used up
+  assert.equal(q.get('fail').state, 'failed');
+  assert.equal(q.get('fail').error, 'not worth it');
+});
+
+test('a control outcome the extension refuses is recorded as an error', async () => {
+  const q = newQueue();
+  q.add({}, { id: 'a', attempts: 1 });
+  await workUntilSettled(q, ['a'], async (payload, run) => run.snooze('soon'));
+  assert.equal(q.get('a').state, 'failed');
+  assert.match(q.get('a').error, /^SqliteError: tq_settle: .*soon/);
+});
+
+test('steps and progress inside one attempt', async () => {
+  const q = newQueue();
+  q.add({}, { id: 'a' });
+  let calls = 0;
+  await workUntilSettled(q, ['a'], async (payload, run) => {
+    const first = await run.step('answer', async () => { calls += 1; return { text: 'Hello!' }; });
+    const again = await run.step('answer', () => { calls += 1; return 'other'; });
+    assert.equal(run.progress({ pct: 50 }), true);
+    return { first, again };
+  });
+  assert.equal(calls, 1);
+  assert.deepEqual(q.get('a').result, { first: { text: 'Hello!' }, again: { text: 'Hello!' } });
+  assert.deepEqual(q.get('a').progress, { pct: 50 });
+  assert.deepEqual(q.watch().filter((e) => e.state === 'progress').map((e) => e.detail), ['{"pct":50}']);
+});
+
+test('a delayed job runs when due, also in a queue with a concurrency limit', async () => {
+  const q = newQueue();
+  q.settings({ concurrency: 2 });
+  const added = Date.now();
+  q.add({}, { id: 'later', delay: '300ms' });
+  let ranAt;
+  const working = q.work(async () => { ranAt = Date.now(); });
+  await until(() => q.get('later').state === 'done');
+  await q.stop();
+  await working;
+  assert.ok(ranAt - added >= 300, `not before its time: ${ranAt - added} ms`);
+  assert.ok(ranAt - added < 1500, `within the 1 s poll: ${ranAt - added} ms`);
+});
+
+test('renewals keep a long handler\'s lease (lease 1s, handler 2.5s)', async () => {
+  const q = newQueue();
+  q.settings({ lease: '1s' });
+  q.add({}, { id: 'long' });
+  const leases = [];
+  await workUntilSettled(q, ['long'], async (payload, run) => {
+    for (let i = 0; i < 25; i++) {
+      await sleep(100);
+      leases.push(run.leaseUntil);
+      // Another worker finds nothing to claim: the lease is held the whole time.
+      assert.equal(q.db.prepare("SELECT count(*) FROM tq_claim('q', 'thief', 1)").pluck().get(), 0);
+    }
+    return 'finished';
+  });
+  const job = q.get('long');
+  assert.equal(job.state, 'done');
+  assert.equal(job.attempt, 1);
+  assert.equal(job.result, 'finished');
+  assert.ok(new Set(leases).size >= 4, `renewed about every 500 ms: ${new Set(leases).size} leases`);
+  assert.equal(q.watch().filter((e) => e.state === 'running').length, 1);
+});
+
+test('stop() claims nothing more and waits for the work in flight', async () => {
+  const q = newQueue();
+  q.add({}, { id: 'first' });
+  q.add({}, { id: 'second' });
+  let started = 0;
+  let finished = 0;
+  const working = q.work(async () => {
+    started += 1;
+    await sleep(400);
+    finished += 1;
+    return 'ok';
+  });
+  await until(() => started === 1);
+  const stopped = q.stop();
+  assert.equal(stopped, working);
+  assert.equal(finished, 0);
+  assert.equal(await working, 1);
+  assert.equal(finished, 1);
+  assert.equal(q.get('first').state, 'done'); // settled before work() resolved
+  assert.equal(q.get('second').state, 'waiting'); // never claimed
+  assert.equal(started, 1);
+});
+
+test('a cancelled job sets run.cancelled and is not settled', async () => {
+  const q = newQueue();
+  q.settings({ lease: '400ms' });
+  q.add({}, { id: 'a' });
+  let run;
+  const working = q.work(async (payload, r) => {
+    run = r;
+    const t0 = Date.now();
+    while (!r.cancelled && Date.now() - t0 < 5000) await sleep(20); // learns it from the next renewal (every 200 ms)
+    return 'finished anyway';
+  });
+  await until(() => run);
+  assert.equal(q.cancel('a'), true);
+  await until(() => run.cancelled, 2000);
+  assert.equal(run.signal.aborted, true);
+  await sleep(50);
+  await q.stop();
+  await working;
+  assert.equal(q.get('a'), null);
+  assert.deepEqual(q.watch().map((e) => e.state), ['waiting', 'running', 'cancelled']);
+});
+
+test('a timed-out attempt sets run.cancelled and is not settled', async () => {
+  const q = newQueue();
+  q.settings({ lease: '1s', timeout: '1s', attempts: 1 });
+  q.add({}, { id: 'slow' });
+  let run;
+  const working = q.work(async (payload, r) => {
+    run = r;
+    const t0 = Date.now();
+    while (!r.cancelled && Date.now() - t0 < 5000) await sleep(20); // tq_renew returns NULL past the deadline
+    return 'too late';
+  });
+  await until(() => run && run.cancelled, 3000);
+  await sleep(50);
+  await q.stop();
+  await working;
+  assert.notEqual(q.get('slow').state, 'done'); // the helper did not settle it
+  // The next claim ends the attempt as an error "timeout".
+  q.db.prepare("SELECT * FROM tq_claim('q', 'w2', 1)").all();
+  assert.equal(q.get('slow').state, 'failed');
+  assert.equal(q.get('slow').error, 'timeout');
+});
