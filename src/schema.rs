@@ -19,7 +19,11 @@ fn stored_version(conn: &Conn) -> Result<i64> {
     if has_meta.is_none() {
         return Ok(0);
     }
-    Ok(conn.one_int("SELECT value FROM tinyq_meta WHERE key = 'schema_version'", &[])?.unwrap_or(0))
+    let v = conn.one_int("SELECT value FROM tinyq_meta WHERE key = 'schema_version'", &[]).map_err(|e| Error {
+        code: e.code,
+        msg: format!("the table tinyq_meta is not tinyq's store ({}): rename it, or use another database", e.msg),
+    })?;
+    Ok(v.unwrap_or(0))
 }
 
 /// Is there a store at this tinyq's version? Readers use this and create nothing.
