@@ -24,7 +24,7 @@ deps:
 
 loadable: $(EXT)
 
-$(EXT): deps $(shell find src sql -type f 2>/dev/null) Cargo.toml
+$(EXT): deps $(shell find src sql -type f 2>/dev/null) Cargo.toml build.rs
 	$(CARGO) build --release --lib
 	@mkdir -p dist
 	@# copy then rename: a process that has the old file loaded keeps a valid mapping

@@ -1,0 +1,17 @@
+// Build settings for the loadable extension.
+fn main() {
+    // SQLite unloads an extension when the last connection that loaded it closes; the
+    // next load would allocate tinyq's process-wide statics again (a leak per cycle).
+    // Marking the library "nodelete" keeps it loaded for the life of the process.
+    println!("cargo:rustc-cdylib-link-arg=-Wl,-z,nodelete");
+    // The commit tq_debug() reports.
+    let commit = std::process::Command::new("git")
+        .args(["rev-parse", "--short", "HEAD"])
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_else(|| "unknown".into());
+    println!("cargo:rustc-env=TINYQ_COMMIT={commit}");
+    println!("cargo:rerun-if-changed=.git/HEAD");
+}
