@@ -242,11 +242,16 @@ def test_chmod_0444_file_writes_fail_clearly_reads_work():
     d = tempfile.mkdtemp(prefix="tinyq-ro-")
     try:
         os.chmod(d, 0o755)
+        # The checkout may sit in a folder 'nobody' cannot enter (CI clones into mktemp -d):
+        # give the child its own readable copy of the extension.
+        ext_copy = os.path.join(d, "tinyq.so")
+        shutil.copy(EXT + ".so", ext_copy)
+        os.chmod(ext_copy, 0o755)
         path = os.path.join(d, "ro.db")
         held = make_store(path, "delete")
         os.chmod(path, 0o444)
         before = open(path, "rb").read()
-        cmd = ["/usr/bin/python3", "-c", RO_CHILD, path, EXT, json.dumps(WRITES), json.dumps(READS)]
+        cmd = ["/usr/bin/python3", "-c", RO_CHILD, path, ext_copy[:-3], json.dumps(WRITES), json.dumps(READS)]
         if os.geteuid() == 0:
             if shutil.which("setpriv") is None:
                 pytest.skip("running as root without setpriv: a chmod 0444 file stays writable")
