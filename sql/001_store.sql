@@ -119,12 +119,6 @@ CREATE TRIGGER tinyq_jobs_progressed AFTER UPDATE OF progress ON tinyq_jobs BEGI
   VALUES (NEW.id, NEW.queue, 'progress', NEW.attempt, NEW.changed_at, NEW.progress);
 END;
 
--- A cancelled job is gone at once: marking it logs the event, this removes it.
-CREATE TRIGGER tinyq_jobs_cancelled AFTER UPDATE OF status ON tinyq_jobs
-WHEN NEW.status = 'cancelled' BEGIN
-  DELETE FROM tinyq_jobs WHERE seq = NEW.seq;
-END;
-
 CREATE TRIGGER tinyq_jobs_removed AFTER DELETE ON tinyq_jobs BEGIN
   DELETE FROM tinyq_steps WHERE job = OLD.seq;
 END;
@@ -137,6 +131,8 @@ CREATE TABLE tinyq_tombstones (
   attempt INTEGER NOT NULL,
   at      INTEGER NOT NULL
 ) WITHOUT ROWID;
+
+CREATE INDEX tinyq_tombstones_at ON tinyq_tombstones (at);
 
 CREATE TRIGGER tinyq_jobs_cancel_tombstone AFTER DELETE ON tinyq_jobs
 WHEN OLD.status = 'cancelled' AND OLD.attempt > 0 BEGIN

@@ -60,7 +60,7 @@ pub fn run(conn: &Conn, req: &Request) -> Result<Vec<Claimed>> {
         holders::recover(conn, &q, now)?;
         end_expired(conn, &q, now)?;
         make_due(conn, queue, now)?;
-        sweep::queue(conn, &q, now, sweep_budget(n))?;
+        sweep::in_turn(conn, &q, now, sweep_budget(n))?;
         if q.paused {
             return Ok(vec![]);
         }

@@ -27,6 +27,8 @@ pub struct Conn {
     /// that calls tinyq again recurses through nested statements, which SQLite's trigger
     /// depth limit does not see).
     pub depth: Cell<u32>,
+    /// Which kind of expired row this connection's next claim sweeps.
+    pub sweep_turn: Cell<u32>,
 }
 
 impl Conn {
@@ -39,6 +41,7 @@ impl Conn {
             cache: RefCell::new(HashMap::default()),
             cache_hooked: Cell::new(false),
             depth: Cell::new(0),
+            sweep_turn: Cell::new(0),
         }
     }
 
