@@ -27,6 +27,8 @@ pub struct Conn {
     /// that calls tinyq again recurses through nested statements, which SQLite's trigger
     /// depth limit does not see).
     pub depth: Cell<u32>,
+    /// Is the database a local file (see holders::local_file)? Known after the first claim.
+    pub local_file: Cell<Option<bool>>,
     /// Which kind of expired row this connection's next claim sweeps.
     pub sweep_turn: Cell<u32>,
 }
@@ -42,6 +44,7 @@ impl Conn {
             cache_hooked: Cell::new(false),
             depth: Cell::new(0),
             sweep_turn: Cell::new(0),
+            local_file: Cell::new(None),
         }
     }
 

@@ -42,10 +42,36 @@ fn start_ticks(pid: i64) -> Option<i64> {
     after_name.split_whitespace().nth(19)?.parse().ok()
 }
 
+/// Does this connection's database live in a local file of this machine (the `unix`
+/// VFS family)? On another VFS (dqlite's, say) the process running tinyq's functions is
+/// a node, not the worker, so leases are not tied to it: they simply run out.
+fn local_file(conn: &Conn) -> bool {
+    if let Some(known) = conn.local_file.get() {
+        return known;
+    }
+    const SQLITE_FCNTL_VFS_POINTER: std::ffi::c_int = 27;
+    /// The first fields of sqlite3_vfs, as far as its name.
+    #[repr(C)]
+    struct VfsHead {
+        version: std::ffi::c_int,
+        size: std::ffi::c_int,
+        max_path: std::ffi::c_int,
+        next: *mut std::ffi::c_void,
+        name: *const std::ffi::c_char,
+    }
+    let mut vfs: *mut VfsHead = std::ptr::null_mut();
+    let rc = unsafe {
+        crate::sql!(file_control(conn.db, b"main\0".as_ptr() as *const _, SQLITE_FCNTL_VFS_POINTER, &mut vfs as *mut _ as *mut _))
+    };
+    let local = rc == 0 && !vfs.is_null() && crate::ffi::c_text(unsafe { (*vfs).name }).starts_with("unix");
+    conn.local_file.set(Some(local));
+    local
+}
+
 /// This process's holder id, registering it on first use (None where processes can't be
 /// told apart, e.g. without /proc: there leases simply run out).
 pub fn mine(conn: &Conn, now: i64) -> Result<Option<i64>> {
-    if conn.clock.get().is_some() {
+    if conn.clock.get().is_some() || !local_file(conn) {
         return Ok(None);
     }
     if let Some(h) = conn.holder.get() {
@@ -76,7 +102,7 @@ fn is_dead(me: &Me, machine: &str, pid: i64, started: i64) -> bool {
 /// wait again (or fail when out of attempts) in this very claim. Only processes that hold
 /// live leases here are looked at, so a claim where no other process works costs nothing.
 pub fn recover(conn: &Conn, q: &Settings, now: i64) -> Result<()> {
-    let Some(me) = me().filter(|_| conn.clock.get().is_none()) else { return Ok(()) };
+    let Some(me) = me().filter(|_| conn.clock.get().is_none() && local_file(conn)) else { return Ok(()) };
     let mut dead = vec![];
     let mut st = conn.query(
         "SELECT h.id, h.machine, h.pid, h.started FROM tinyq_holders h
