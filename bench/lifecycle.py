@@ -102,10 +102,10 @@ class Baseline:
     def __init__(self, path, ext=None):
         self.conn = connect(path)
         self.conn.executescript("""
-            CREATE TABLE jobs(id INTEGER PRIMARY KEY, queue TEXT, payload TEXT, state TEXT,
+            CREATE TABLE IF NOT EXISTS jobs(id INTEGER PRIMARY KEY, queue TEXT, payload TEXT, state TEXT,
                               run_at INTEGER, attempt INTEGER, lease_until INTEGER,
                               priority INTEGER);
-            CREATE INDEX jobs_claim ON jobs(queue, priority DESC, run_at, id)
+            CREATE INDEX IF NOT EXISTS jobs_claim ON jobs(queue, priority DESC, run_at, id)
                 WHERE state = 'waiting';
         """)
 

@@ -76,8 +76,11 @@ pub fn tq_wait(conn: &Conn, args: &[Val]) -> Result<Out> {
             return Ok(Out::Int(1));
         }
         if let Some(due) = next_due(conn, &queue, now)? {
-            wake_at = wake_at.min(start + (due - now));
-            if due - now <= 0 {
+            // `due` is on tinyq's clock (maybe pinned); the wait runs on the system clock.
+            // Read both together so the wake is never early.
+            let offset = conn.now() - time::system_ms();
+            wake_at = wake_at.min(due - offset + 1);
+            if due <= now {
                 return Ok(Out::Int(1));
             }
         }

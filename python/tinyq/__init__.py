@@ -22,6 +22,7 @@ from ._sql import _encode, _one, _options, _rows
 from ._worker import Cancelled, Outcome, Run, work_loop
 
 __all__ = ["load", "open", "extension_path", "Queue", "Run", "Outcome", "Cancelled"]
+__version__ = "0.1.0"
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _SUFFIXES = (".so", ".dylib", ".dll")
@@ -47,8 +48,12 @@ def _is_apsw(conn):
 
 def load(conn):
     """Load the tinyq extension into a sqlite3 (or apsw) connection; returns the connection."""
-    enable = getattr(conn, "enable_load_extension", None) or conn.enableloadextension
-    load_ext = getattr(conn, "load_extension", None) or conn.loadextension
+    enable = getattr(conn, "enable_load_extension", None) or getattr(conn, "enableloadextension", None)
+    load_ext = getattr(conn, "load_extension", None) or getattr(conn, "loadextension", None)
+    if enable is None or load_ext is None:
+        raise RuntimeError("this Python's sqlite3 module cannot load extensions (it was built "
+                           "without them): use a Python whose sqlite3 can, such as Debian's "
+                           "/usr/bin/python3, or apsw")
     enable(True)
     try:
         load_ext(extension_path())
