@@ -15,6 +15,8 @@ deps:
 	command -v sqlite3 >/dev/null 2>&1 || missing="$$missing sqlite3"; \
 	$(PY) -c 'import pytest' >/dev/null 2>&1 || missing="$$missing python3-pytest"; \
 	$(PY) -c 'import hypothesis' >/dev/null 2>&1 || missing="$$missing python3-hypothesis"; \
+	$(PY) -c 'import apsw' >/dev/null 2>&1 || missing="$$missing python3-apsw"; \
+	$(PY) -c 'import venv, ensurepip' >/dev/null 2>&1 || missing="$$missing python3-venv"; \
 	command -v valgrind >/dev/null 2>&1 || missing="$$missing valgrind"; \
 	command -v node >/dev/null 2>&1 || missing="$$missing nodejs npm"; \
 	if [ -n "$$missing" ]; then \
