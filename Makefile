@@ -4,7 +4,7 @@ PY ?= /usr/bin/python3
 CARGO ?= cargo
 EXT := dist/tinyq.so
 
-.PHONY: all loadable deps demo test test-rust test-python test-node bench bench-quick clean
+.PHONY: all loadable deps demo test test-rust test-python test-node test-cluster bench bench-quick clean
 
 all: loadable
 
@@ -35,7 +35,7 @@ $(EXT): deps $(shell find src sql -type f 2>/dev/null) Cargo.toml build.rs
 demo: $(EXT)
 	$(PY) examples/demo.py
 
-test: $(EXT) test-rust test-python test-node
+test: $(EXT) test-rust test-python test-node test-cluster
 
 test-rust: deps
 	$(CARGO) test --release --lib
@@ -52,6 +52,11 @@ node/node_modules: node/package.json
 
 test-node: $(EXT) node/node_modules
 	cd node && node --test test/
+
+# Three dqlite nodes on 127.0.0.1 (Debian go-dqlite + libdqlite0, installed if missing) with
+# tinyq preloaded; the leader is SIGKILLed mid-work. About 15 s.
+test-cluster: $(EXT)
+	$(PY) tests/cluster/run_cluster.py
 
 bench: $(EXT)
 	$(PY) bench/lifecycle.py
