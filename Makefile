@@ -4,7 +4,8 @@ PY ?= /usr/bin/python3
 CARGO ?= cargo
 EXT := dist/tinyq.so
 
-.PHONY: all loadable deps demo test test-rust test-python test-node test-cluster bench bench-quick clean
+.PHONY: all loadable deps demo test test-rust test-python test-node test-cluster bench bench-quick clean \
+	install uninstall wheel npm-pack test-npm-package
 
 all: loadable
 
@@ -19,6 +20,7 @@ deps:
 	$(PY) -c 'import venv, ensurepip' >/dev/null 2>&1 || missing="$$missing python3-venv"; \
 	command -v valgrind >/dev/null 2>&1 || missing="$$missing valgrind"; \
 	command -v node >/dev/null 2>&1 || missing="$$missing nodejs npm"; \
+	command -v chromedriver >/dev/null 2>&1 || missing="$$missing chromium chromium-driver"; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing:$$missing"; \
 	  (apt-get update -qq || true) && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
@@ -63,6 +65,38 @@ bench: $(EXT)
 
 bench-quick: $(EXT)
 	$(PY) bench/lifecycle.py --quick
+
+PREFIX ?= /usr/local
+LIBDIR ?= $(PREFIX)/lib
+
+# `.load tinyq` from any folder. SQLite dlopen()s "tinyq", then "tinyq.so"; for a bare name
+# the loader looks in LD_LIBRARY_PATH, then ld.so.cache, which ldconfig fills only with
+# files named lib*: so the file is libtinyq.so, whose soname is tinyq.so (build.rs), and
+# ldconfig lists it under that name. tinyq.so is also a link to it, for `.load tinyq.so`
+# with LD_LIBRARY_PATH and for DESTDIR (package) builds, where ldconfig is not run.
+install: $(EXT)
+	install -d $(DESTDIR)$(LIBDIR)
+	install -m 0755 $(EXT) $(DESTDIR)$(LIBDIR)/libtinyq.so.tmp
+	mv -f $(DESTDIR)$(LIBDIR)/libtinyq.so.tmp $(DESTDIR)$(LIBDIR)/libtinyq.so
+	ln -sf libtinyq.so $(DESTDIR)$(LIBDIR)/tinyq.so
+	@if [ -z "$(DESTDIR)" ]; then ldconfig; fi
+
+uninstall:
+	rm -f $(DESTDIR)$(LIBDIR)/tinyq.so $(DESTDIR)$(LIBDIR)/libtinyq.so
+	@if [ -z "$(DESTDIR)" ]; then ldconfig; fi
+
+# The Python package (helper, `tinyq` command, dashboard and the extension) as a wheel in
+# dist/. Offline: the build backend is python/_tinyq_build.py (standard library only).
+wheel: $(EXT)
+	$(PY) -m pip wheel --no-deps --no-index --quiet -w dist ./python
+
+# The npm package as dist/tinyq-<version>.tgz, tinyq.so inside (node/package.json: prepack).
+npm-pack: $(EXT)
+	cd node && npm pack --silent --pack-destination ../dist
+
+# Installs that tarball into a temporary project and uses it there (better-sqlite3 compiles: 1-3 min).
+test-npm-package: $(EXT)
+	TINYQ_TEST_NPM=1 $(PY) -m pytest -q tests/test_install.py -k npm
 
 clean:
 	rm -rf dist target

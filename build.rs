@@ -4,6 +4,9 @@ fn main() {
     // next load would allocate tinyq's process-wide statics again (a leak per cycle).
     // Marking the library "nodelete" keeps it loaded for the life of the process.
     println!("cargo:rustc-cdylib-link-arg=-Wl,-z,nodelete");
+    // `make install` puts libtinyq.so in /usr/local/lib; ldconfig lists it under its soname,
+    // so that a bare `.load tinyq` (dlopen("tinyq.so")) finds it from any folder.
+    println!("cargo:rustc-cdylib-link-arg=-Wl,-soname,tinyq.so");
     // The commit tq_debug() reports.
     let commit = std::process::Command::new("git")
         .args(["rev-parse", "--short", "HEAD"])

@@ -1,0 +1,308 @@
+"""The tinyq command line, for operators (`tinyq ...` or `python -m tinyq ...`).
+
+    tinyq stats DB [--queue Q] [--json]        counts per queue
+    tinyq jobs DB [--queue Q] [--state S] [--limit N] [--json]
+    tinyq watch DB [--queue Q] [-n N | --since SEQ]   follows state changes, like tail -f
+    tinyq retry DB ID                          a failed job waits again, with a fresh budget
+    tinyq cancel DB ID                         removes a scheduled, waiting or running job
+    tinyq pause DB QUEUE / resume DB QUEUE     stops / restarts claiming from a queue
+    tinyq sweep DB [--limit N]                 removes rows past their retention windows
+    tinyq dashboard DB [--port N] [--host H]   a web page on http://127.0.0.1:8321/
+
+Exit status: 0 done; 1 the job exists but the action does not apply to it (retrying a job
+that has not failed) or SQLite failed (busy...); 2 bad usage, no such file, no tinyq store
+in it, unknown job id or queue. An error is one line on stderr.
+
+Nothing here creates a database file or a tinyq store, or changes the database's settings
+(the journal mode stays as the application set it).
+"""
+import argparse
+import datetime
+import json
+import os
+import sqlite3
+import sys
+import time
+import urllib.parse
+
+from . import load
+
+STATES = ("scheduled", "waiting", "running", "done", "failed")
+
+
+class Failure(Exception):
+    """An error for the operator: one line on stderr and an exit status."""
+
+    def __init__(self, message, status=2):
+        super().__init__(message)
+        self.status = status
+
+
+# -- connecting and reading ---------------------------------------------------------------
+
+def connect(path, check_same_thread=True):
+    """A connection, with tinyq loaded, to an existing database that has a tinyq store."""
+    if not os.path.exists(path):
+        raise Failure("no such file: %s" % path)
+    if not os.path.isfile(path):
+        raise Failure("not a database file: %s" % path)
+    mode = "rw" if os.access(path, os.W_OK) else "ro"
+    uri = "file:%s?mode=%s" % (urllib.parse.quote(os.path.abspath(path)), mode)
+    conn = sqlite3.connect(uri, uri=True, isolation_level=None, timeout=5.0,
+                           check_same_thread=check_same_thread)
+    try:
+        load(conn)
+        store = conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' "
+                             "AND name = 'tinyq_jobs'").fetchone()
+    except sqlite3.DatabaseError as err:          # "file is not a database", ...
+        conn.close()
+        raise Failure("%s: %s" % (path, err))
+    except BaseException:
+        conn.close()
+        raise
+    if not store:
+        conn.close()
+        raise Failure("%s has no tinyq store (no tinyq_* tables); nothing was changed" % path)
+    return conn
+
+
+def rows(conn, sql, *args):
+    """(column names, rows) of a query."""
+    cur = conn.execute(sql, args)
+    return [c[0] for c in cur.description], cur.fetchall()
+
+
+def one(conn, sql, *args):
+    row = conn.execute(sql, args).fetchone()
+    return None if row is None else row[0]
+
+
+def get_job(conn, args):
+    text = one(conn, "SELECT tq_get(?)", args.id)
+    if text is None:
+        raise Failure("no job %r in %s" % (args.id, args.db))
+    return json.loads(text)
+
+
+def require_queue(conn, args):
+    if one(conn, "SELECT 1 FROM tq_stats(?)", args.queue) is None:
+        names = [r[0] for r in conn.execute("SELECT queue FROM tq_stats")]
+        raise Failure("no queue %r in %s (queues: %s)"
+                      % (args.queue, args.db, ", ".join(names) or "none"))
+
+
+# -- formatting ---------------------------------------------------------------------------
+
+def when(ms, with_ms=False):
+    """ms since the epoch as UTC: 2026-11-29 12:00:00Z."""
+    if ms is None:
+        return ""
+    t = datetime.datetime.fromtimestamp(ms / 1000, datetime.timezone.utc)
+    return t.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + "Z" if with_ms else \
+        t.strftime("%Y-%m-%d %H:%M:%SZ")
+
+
+def duration(ms):
+    """850ms, 12.3s, 4m10s, 2h05m, 3d04h."""
+    if ms is None:
+        return ""
+    if ms < 1000:
+        return "%dms" % ms
+    s = ms / 1000
+    if s < 60:
+        return "%.1fs" % s
+    for unit, size, sub, sub_size in (("d", 86400, "h", 3600), ("h", 3600, "m", 60),
+                                      ("m", 60, "s", 1)):
+        if s >= size:
+            return "%d%s%02d%s" % (s // size, unit, (s % size) // sub_size, sub)
+
+
+def oneline(value, width=None):
+    text = "" if value is None else " ".join(str(value).split())
+    return text if width is None or len(text) <= width else text[:width - 1] + "…"
+
+
+def table(header, body):
+    cells = [header] + [[str(v) for v in row] for row in body]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
+    for row in cells:
+        print("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip())
+
+
+def as_json(cols, body):
+    for row in body:
+        print(json.dumps(dict(zip(cols, row))))
+
+
+# -- commands -----------------------------------------------------------------------------
+
+def cmd_stats(conn, args):
+    if args.queue:
+        require_queue(conn, args)
+        cols, body = rows(conn, "SELECT * FROM tq_stats(?)", args.queue)
+    else:
+        cols, body = rows(conn, "SELECT * FROM tq_stats")
+    if args.json:
+        return as_json(cols, body)
+    if not body:
+        print("no queues")
+        return
+    table(["queue", "scheduled", "waiting", "running", "leases", "done", "failed",
+           "oldest waiting", "started in window", "paused"],
+          [r[:7] + (duration(r[7]), "" if r[8] is None else r[8], "paused" if r[9] else "")
+           for r in body])
+
+
+def cmd_jobs(conn, args):
+    where, params = [], []
+    if args.queue:
+        where.append("queue = ?")
+        params.append(args.queue)
+    if args.state:
+        where.append("state = ?")
+        params.append(args.state)
+    sql = "SELECT * FROM tq_jobs" + (" WHERE " + " AND ".join(where) if where else "")
+    total = one(conn, sql.replace("*", "count(*)", 1), *params)
+    sql += " ORDER BY created_at, id" + (" LIMIT %d" % args.limit if args.limit else "")
+    cols, body = rows(conn, sql, *params)
+    if args.json:
+        as_json(cols, body)
+    elif body:
+        c = {name: i for i, name in enumerate(cols)}
+        table(["id", "queue", "state", "attempt", "run at", "worker", "error"],
+              [(r[c["id"]], r[c["queue"]], r[c["state"]], r[c["attempt"]],
+                when(r[c["run_at"]]), r[c["worker"]] or "", oneline(r[c["error"]], 70))
+               for r in body])
+    else:
+        print("no jobs")
+    if len(body) < total:
+        print("(%d of %d jobs; --limit 0 shows all)" % (len(body), total), file=sys.stderr)
+
+
+def cmd_watch(conn, args):
+    if args.since is not None:
+        since = args.since
+    else:   # start before the last n events (tinyq_events.seq is the watch seq)
+        where, params = ("WHERE queue = ?", [args.queue]) if args.queue else ("", [])
+        since = one(conn, "SELECT seq FROM tinyq_events %s ORDER BY seq DESC LIMIT 1 OFFSET ?"
+                    % where, *params, max(args.n, 0)) or 0
+    cols = "seq, id, queue, state, attempt, at, detail"
+    sql = "SELECT %s FROM tq_watch(?, ?)" % cols if args.queue else \
+        "SELECT %s FROM tq_watch(?)" % cols
+    try:
+        while True:
+            for seq, id, queue, state, attempt, at, detail in conn.execute(
+                    sql, (since, args.queue) if args.queue else (since,)):
+                print(("%s  %6d  %s  %s  %-9s  attempt %d  %s" % (
+                    when(at, with_ms=True), seq, queue, id, state, attempt,
+                    oneline(detail))).rstrip(), flush=True)
+                since = seq
+            time.sleep(args.interval)
+    except KeyboardInterrupt:
+        return 0
+
+
+def cmd_retry(conn, args):
+    job = get_job(conn, args)
+    if one(conn, "SELECT tq_retry(?)", args.id):
+        print("%s: waiting again, with a fresh attempt budget" % args.id)
+    else:
+        raise Failure("job %r is %s, not failed: nothing to retry" % (args.id, job["state"]), 1)
+
+
+def cmd_cancel(conn, args):
+    job = get_job(conn, args)
+    if one(conn, "SELECT tq_cancel(?)", args.id):
+        print("%s: cancelled (it was %s)" % (args.id, job["state"]))
+    else:
+        raise Failure("job %r is %s: only scheduled, waiting or running jobs can be cancelled"
+                      % (args.id, job["state"]), 1)
+
+
+def set_paused(paused):
+    def cmd(conn, args):
+        require_queue(conn, args)
+        one(conn, "SELECT tq_queue(?, ?)", args.queue, json.dumps({"paused": paused}))
+        print("%s: %s" % (args.queue, "paused: its jobs are not claimed" if paused else
+                          "resumed: its jobs are claimed again"))
+    return cmd
+
+
+def cmd_sweep(conn, args):
+    n = one(conn, "SELECT tq_sweep(?)", args.limit) if args.limit else \
+        one(conn, "SELECT tq_sweep()")
+    print("rows removed: %d" % n)
+
+
+def cmd_dashboard(conn, args):
+    from .dashboard import serve
+    conn.close()
+    return serve(args.db, host=args.host, port=args.port)
+
+
+# -- arguments ----------------------------------------------------------------------------
+
+def parser():
+    p = argparse.ArgumentParser(prog="tinyq", description="Look at a tinyq store and act on "
+                                "its jobs and queues.", epilog="Exit status: 0 done, 1 the "
+                                "action does not apply, 2 bad usage or not found.")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    def command(name, func, help):
+        c = sub.add_parser(name, help=help, description=help)
+        c.add_argument("db", metavar="DB", help="the SQLite database file")
+        c.set_defaults(func=func)
+        return c
+
+    c = command("stats", cmd_stats, "counts per queue (tq_stats)")
+    c.add_argument("--queue", help="only this queue")
+    c.add_argument("--json", action="store_true", help="one JSON object per line")
+    c = command("jobs", cmd_jobs, "list jobs (tq_jobs), in the order they were added")
+    c.add_argument("--queue", help="only this queue")
+    c.add_argument("--state", choices=STATES, help="only jobs in this state")
+    c.add_argument("--limit", type=int, default=100, help="at most N jobs (default 100; 0: all)")
+    c.add_argument("--json", action="store_true", help="one JSON object per line, every column")
+    c = command("watch", cmd_watch, "print state changes as they happen (Ctrl-C stops)")
+    c.add_argument("--queue", help="only this queue")
+    c.add_argument("-n", type=int, default=10, help="start with the last N events (default 10)")
+    c.add_argument("--since", type=int, metavar="SEQ", help="start after this seq instead")
+    c.add_argument("--interval", type=float, default=0.2, help=argparse.SUPPRESS)
+    c = command("retry", cmd_retry, "a failed job waits again, with a fresh attempt budget")
+    c.add_argument("id", metavar="ID")
+    c = command("cancel", cmd_cancel, "remove a scheduled, waiting or running job")
+    c.add_argument("id", metavar="ID")
+    c = command("pause", set_paused(True), "stop claiming a queue's jobs")
+    c.add_argument("queue", metavar="QUEUE")
+    c = command("resume", set_paused(False), "claim a paused queue's jobs again")
+    c.add_argument("queue", metavar="QUEUE")
+    c = command("sweep", cmd_sweep, "remove rows past their retention windows (tq_sweep)")
+    c.add_argument("--limit", type=int, help="at most N rows")
+    c = command("dashboard", cmd_dashboard, "serve a live dashboard on 127.0.0.1")
+    c.add_argument("--port", type=int, default=8321, help="default 8321; 0 picks a free one")
+    c.add_argument("--host", default="127.0.0.1", help="default 127.0.0.1 (this machine only)")
+    return p
+
+
+def main(argv=None):
+    args = parser().parse_args(argv)
+    try:
+        conn = connect(args.db)
+        try:
+            return args.func(conn, args) or 0
+        finally:
+            conn.close()
+    except Failure as err:
+        print("tinyq: %s" % err, file=sys.stderr)
+        return err.status
+    except (sqlite3.Error, OSError) as err:
+        if isinstance(err, BrokenPipeError):      # `tinyq jobs DB | head`
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            return 0
+        print("tinyq: %s" % oneline(err), file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
