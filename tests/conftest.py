@@ -56,6 +56,24 @@ def snapshot(conn):
     return {t: sorted(conn.execute(f'SELECT * FROM "{t}"').fetchall(), key=repr) for t in tables}
 
 
+# Small SQL wrappers the tests share.
+
+def pin(conn, ms):
+    one(conn, "SELECT tq_clock(?)", ms)
+
+def setq(conn, queue, **settings):
+    return json.loads(one(conn, "SELECT tq_queue(?, ?)", queue, json.dumps(settings)))
+
+def add(conn, queue, payload="{}", **options):
+    if options:
+        return one(conn, "SELECT tq_add(?, ?, ?)", queue, payload, json.dumps(options))
+    return one(conn, "SELECT tq_add(?, ?)", queue, payload)
+
+def settle(conn, job_id, attempt, outcome="done", value=None):
+    if value is None:
+        return one(conn, "SELECT tq_settle(?, ?, ?)", job_id, attempt, outcome)
+    return one(conn, "SELECT tq_settle(?, ?, ?, ?)", job_id, attempt, outcome, value)
+
 def shell(db_path, *sql, check=True):
     """Run statements through the sqlite3 shell with tinyq loaded; returns the CompletedProcess."""
     args = ["sqlite3", "-bail", db_path, f".load {EXT}"] + list(sql)

@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from conftest import EXT, ROOT, claim, connect, get, one, run_python
+from conftest import EXT, ROOT, add, claim, connect, get, one, pin, run_python
 
 T0 = 1_800_000_000_000          # a fixed "now" (2027-01-15), pinned with tq_clock
 S = 1_000
@@ -25,15 +25,6 @@ LEASE = 30 * S                  # default lease
 
 
 # --------------------------------------------------------------------------- helpers
-
-def pin(conn, ms):
-    one(conn, "SELECT tq_clock(?)", ms)
-
-
-def add(conn, queue, payload="{}", **options):
-    if options:
-        return one(conn, "SELECT tq_add(?, ?, ?)", queue, payload, json.dumps(options))
-    return one(conn, "SELECT tq_add(?, ?)", queue, payload)
 
 
 def settle(conn, job_id, attempt, outcome, value=None):

@@ -17,30 +17,10 @@ import statistics
 import subprocess
 import time
 
-from conftest import claim, connect, get, one, run_python
+from conftest import add, claim, connect, get, one, pin, run_python, setq, settle
 from proc_worker import Holder, spawn
 
 T0 = 1_800_000_000_000          # a fixed "now" (2027-01-15), pinned with tq_clock
-
-
-def pin(conn, ms):
-    one(conn, "SELECT tq_clock(?)", ms)
-
-
-def setq(conn, queue, **settings):
-    return json.loads(one(conn, "SELECT tq_queue(?, ?)", queue, json.dumps(settings)))
-
-
-def add(conn, queue, payload="{}", **options):
-    if options:
-        return one(conn, "SELECT tq_add(?, ?, ?)", queue, payload, json.dumps(options))
-    return one(conn, "SELECT tq_add(?, ?)", queue, payload)
-
-
-def settle(conn, job_id, attempt, outcome="done", value=None):
-    if value is None:
-        return one(conn, "SELECT tq_settle(?, ?, ?)", job_id, attempt, outcome)
-    return one(conn, "SELECT tq_settle(?, ?, ?, ?)", job_id, attempt, outcome, value)
 
 
 def renew(conn, job_id, attempt, lease=None):

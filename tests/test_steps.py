@@ -14,20 +14,10 @@ import time
 
 import pytest
 
-from conftest import EXT, ROOT, claim, connect, get, one
+from conftest import EXT, ROOT, add, claim, connect, get, one, pin
 
 T0 = 1_800_000_000_000          # a fixed "now" (2027-01-15), pinned with tq_clock
 LEASE = 30_000                  # the default lease (SPEC section 5)
-
-
-def pin(conn, ms):
-    one(conn, "SELECT tq_clock(?)", ms)
-
-
-def add(conn, queue, payload="{}", **options):
-    if options:
-        return one(conn, "SELECT tq_add(?, ?, ?)", queue, payload, json.dumps(options))
-    return one(conn, "SELECT tq_add(?, ?)", queue, payload)
 
 
 def step_get(conn, job_id, name):
@@ -247,7 +237,6 @@ print(json.dumps({"id": job["id"], "attempt": job["attempt"], "answer": answer,
 
 def _worker_env():
     return dict(os.environ, TINYQ_EXT=EXT, PYTHONPATH=os.path.join(ROOT, "tests"))
-
 
 
 @pytest.mark.parametrize("mode", ["die-after-step", "die-after-insert"])
