@@ -54,12 +54,20 @@ pub fn parse(args: &[Val]) -> Result<Request> {
 pub fn run(conn: &Conn, req: &Request) -> Result<Vec<Claimed>> {
     let Request { queue, worker, n, lease } = req;
     let (n, lease) = (*n, *lease);
+    checkpoint_now_and_then(conn);
     conn.write_tx(|| {
         let now = conn.now();
         let q = queues::load(conn, queue)?;
-        holders::recover(conn, &q, now)?;
-        end_expired(conn, &q, now)?;
-        make_due(conn, queue, now)?;
+        let look = Pending::probe(conn, &q, now)?;
+        if look.other_holders {
+            holders::recover(conn, &q, now)?;
+        }
+        if look.expired {
+            end_expired(conn, &q, now)?;
+        }
+        if look.due {
+            make_due(conn, queue, now)?;
+        }
         sweep::in_turn(conn, &q, now, sweep_budget(n))?;
         if q.paused {
             return Ok(vec![]);
@@ -67,6 +75,59 @@ pub fn run(conn: &Conn, req: &Request) -> Result<Vec<Claimed>> {
         let picked = plan(conn, &q, now, n)?;
         take(conn, &q, &picked, worker, lease.unwrap_or(q.lease()), now)
     })
+}
+
+/// A claim commits inside the statement `SELECT * FROM tq_claim(...)`, and SQLite keeps a
+/// read transaction open on `main` until that statement ends: the automatic checkpoint that
+/// follows the commit fails (SQLITE_LOCKED) and the WAL would grow while claims are the
+/// only writers. So every 64th claim of a connection checkpoints first (PASSIVE: it waits
+/// for no one), at a moment when it holds no transaction.
+fn checkpoint_now_and_then(conn: &Conn) {
+    const EVERY: u32 = 64;
+    if !conn.autocommit() || conn.write_in_progress() {
+        return;
+    }
+    let n = conn.claims_since_checkpoint.get() + 1;
+    if n < EVERY {
+        conn.claims_since_checkpoint.set(n);
+        return;
+    }
+    conn.claims_since_checkpoint.set(0);
+    const SQLITE_CHECKPOINT_PASSIVE: std::ffi::c_int = 0;
+    unsafe {
+        crate::sql!(wal_checkpoint_v2(
+            conn.db,
+            b"main\0".as_ptr() as *const std::ffi::c_char,
+            SQLITE_CHECKPOINT_PASSIVE,
+            std::ptr::null_mut(),
+            std::ptr::null_mut()
+        ));
+    }
+}
+
+/// What a claim may have to end or move before it plans, found with one query so that a
+/// claim with nothing to do runs one statement instead of three.
+struct Pending {
+    /// Other processes hold live leases here (they may be dead: DUR-02).
+    other_holders: bool,
+    /// Leases that ran out.
+    expired: bool,
+    /// Scheduled jobs whose time has come.
+    due: bool,
+}
+
+impl Pending {
+    fn probe(conn: &Conn, q: &Settings, now: i64) -> Result<Pending> {
+        let mut st = conn.query(
+            "SELECT EXISTS (SELECT 1 FROM tinyq_jobs WHERE status = 'running' AND queue = ?1 AND lease_until > ?2
+                                                       AND holder IS NOT NULL AND holder IS NOT ?3),
+                    EXISTS (SELECT 1 FROM tinyq_jobs WHERE status = 'running' AND queue = ?1 AND lease_until <= ?2),
+                    EXISTS (SELECT 1 FROM tinyq_jobs WHERE status = 'scheduled' AND queue = ?1 AND run_at <= ?2)",
+            &[&q.name, &now, &conn.holder.get()],
+        )?;
+        st.step()?;
+        Ok(Pending { other_holders: st.int(0) != 0, expired: st.int(1) != 0, due: st.int(2) != 0 })
+    }
 }
 
 /// Leases that ran out: the job waits again, or ends as a timeout, or fails for good.

@@ -29,6 +29,8 @@ pub struct Conn {
     pub depth: Cell<u32>,
     /// Is the database a local file (see holders::local_file)? Known after the first claim.
     pub local_file: Cell<Option<bool>>,
+    /// Claims since this connection last checkpointed (see claim::checkpoint_now_and_then).
+    pub claims_since_checkpoint: Cell<u32>,
     /// Which kind of expired row this connection's next claim sweeps.
     pub sweep_turn: Cell<u32>,
 }
@@ -44,6 +46,7 @@ impl Conn {
             cache_hooked: Cell::new(false),
             depth: Cell::new(0),
             sweep_turn: Cell::new(0),
+            claims_since_checkpoint: Cell::new(0),
             local_file: Cell::new(None),
         }
     }
