@@ -4,10 +4,12 @@
 
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
+use std::hash::BuildHasherDefault;
 use std::ffi::{c_char, c_int};
 
-use crate::ffi::{c_text, sqlite3, sqlite3_stmt, Error, Result, Val, SQLITE_DONE, SQLITE_ROW};
+use crate::ffi::{c_text, sqlite3, sqlite3_stmt, Error, Result, Val};
+pub use crate::stmt::{Bind, Stmt};
+use crate::stmt::{AddressHasher, SqlKey};
 
 const SQLITE_PREPARE_PERSISTENT: u32 = 0x01;
 
@@ -157,7 +159,7 @@ impl Conn {
         v
     }
 
-    fn give_back(&self, sql: &'static str, raw: *mut sqlite3_stmt) {
+    pub(crate) fn give_back(&self, sql: &'static str, raw: *mut sqlite3_stmt) {
         unsafe {
             sql!(reset(raw));
             sql!(clear_bindings(raw));
@@ -260,161 +262,11 @@ impl Conn {
     }
 }
 
-/// A statement's SQL, compared and hashed by address: every statement is a literal in the
-/// code, so one address is one statement, and hashing the text on every call is wasted work.
-#[derive(Clone, Copy)]
-struct SqlKey(&'static str);
-
-impl PartialEq for SqlKey {
-    fn eq(&self, other: &Self) -> bool {
-        std::ptr::eq(self.0, other.0)
-    }
-}
-impl Eq for SqlKey {}
-impl std::hash::Hash for SqlKey {
-    fn hash<H: Hasher>(&self, h: &mut H) {
-        h.write_usize(self.0.as_ptr() as usize);
-    }
-}
-
-#[derive(Default)]
-struct AddressHasher(u64);
-
-impl Hasher for AddressHasher {
-    fn write(&mut self, bytes: &[u8]) {
-        for b in bytes {
-            self.0 = (self.0 ^ *b as u64).wrapping_mul(0x100_0000_01B3);
-        }
-    }
-    fn write_usize(&mut self, n: usize) {
-        self.0 = (n as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    }
-    fn finish(&self) -> u64 {
-        self.0
-    }
-}
-
 /// One level of nesting, left when dropped.
 pub struct Depth<'c>(&'c Conn);
 
 impl Drop for Depth<'_> {
     fn drop(&mut self) {
         self.0.depth.set(self.0.depth.get().saturating_sub(1));
-    }
-}
-
-/// A prepared statement borrowed from the cache; it goes back, reset, when dropped.
-pub struct Stmt<'c> {
-    conn: &'c Conn,
-    sql: &'static str,
-    raw: *mut sqlite3_stmt,
-}
-
-impl Stmt<'_> {
-    pub fn bind(&mut self, i: c_int, v: &dyn Bind) -> Result<()> {
-        let rc = unsafe { v.bind_to(self.raw, i) };
-        if rc != 0 {
-            return Err(self.conn.error());
-        }
-        Ok(())
-    }
-
-    /// Steps once: true when a row is ready.
-    pub fn step(&mut self) -> Result<bool> {
-        match unsafe { sql!(step(self.raw)) } {
-            SQLITE_ROW => Ok(true),
-            SQLITE_DONE => Ok(false),
-            _ => Err(self.conn.error()),
-        }
-    }
-
-    pub fn val(&self, i: c_int) -> Val {
-        Val::from_raw(unsafe { sql!(column_value(self.raw, i)) })
-    }
-
-    pub fn int(&self, i: c_int) -> i64 {
-        unsafe { sql!(column_int64(self.raw, i)) }
-    }
-
-    pub fn opt_int(&self, i: c_int) -> Option<i64> {
-        match self.val(i) {
-            Val::Int(v) => Some(v),
-            Val::Real(f) => Some(f as i64),
-            _ => None,
-        }
-    }
-
-    pub fn text(&self, i: c_int) -> Option<String> {
-        match self.val(i) {
-            Val::Text(s) => Some(s),
-            Val::Null => None,
-            Val::Int(v) => Some(v.to_string()),
-            Val::Real(f) => Some(f.to_string()),
-            Val::Blob(b) => Some(String::from_utf8_lossy(&b).into_owned()),
-        }
-    }
-}
-
-impl Drop for Stmt<'_> {
-    fn drop(&mut self) {
-        self.conn.give_back(self.sql, self.raw);
-    }
-}
-
-/// Anything that binds to a statement parameter.
-pub trait Bind {
-    /// # Safety
-    /// `raw` must be a live statement.
-    unsafe fn bind_to(&self, raw: *mut sqlite3_stmt, i: c_int) -> c_int;
-}
-
-impl Bind for i64 {
-    unsafe fn bind_to(&self, raw: *mut sqlite3_stmt, i: c_int) -> c_int {
-        sql!(bind_int64(raw, i, *self))
-    }
-}
-
-impl Bind for bool {
-    unsafe fn bind_to(&self, raw: *mut sqlite3_stmt, i: c_int) -> c_int {
-        sql!(bind_int64(raw, i, *self as i64))
-    }
-}
-
-impl Bind for str {
-    unsafe fn bind_to(&self, raw: *mut sqlite3_stmt, i: c_int) -> c_int {
-        sql!(bind_text64(raw, i, self.as_ptr() as *const c_char, self.len() as u64, crate::ffi::transient(), 1))
-    }
-}
-
-impl Bind for &str {
-    unsafe fn bind_to(&self, raw: *mut sqlite3_stmt, i: c_int) -> c_int {
-        (**self).bind_to(raw, i)
-    }
-}
-
-impl Bind for String {
-    unsafe fn bind_to(&self, raw: *mut sqlite3_stmt, i: c_int) -> c_int {
-        self.as_str().bind_to(raw, i)
-    }
-}
-
-impl<T: Bind> Bind for Option<T> {
-    unsafe fn bind_to(&self, raw: *mut sqlite3_stmt, i: c_int) -> c_int {
-        match self {
-            Some(v) => v.bind_to(raw, i),
-            None => sql!(bind_null(raw, i)),
-        }
-    }
-}
-
-impl Bind for Val {
-    unsafe fn bind_to(&self, raw: *mut sqlite3_stmt, i: c_int) -> c_int {
-        match self {
-            Val::Null => sql!(bind_null(raw, i)),
-            Val::Int(v) => v.bind_to(raw, i),
-            Val::Real(f) => sql!(bind_double(raw, i, *f)),
-            Val::Text(s) => s.bind_to(raw, i),
-            Val::Blob(b) => sql!(bind_blob64(raw, i, b.as_ptr() as *const _, b.len() as u64, crate::ffi::transient())),
-        }
     }
 }

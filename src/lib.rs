@@ -14,6 +14,7 @@ pub mod random;
 pub mod schema;
 pub mod settle;
 pub mod steps;
+pub mod stmt;
 pub mod sweep;
 pub mod tables;
 pub mod time;
