@@ -4,7 +4,7 @@ PY ?= /usr/bin/python3
 CARGO ?= cargo
 EXT := dist/tinyq.so
 
-.PHONY: all loadable deps demo test test-rust test-python test-node test-cluster bench bench-quick clean \
+.PHONY: all loadable deps demo test test-rust test-python test-python-current test-node test-cluster bench bench-quick clean \
 	install uninstall wheel npm-pack test-npm-package
 
 all: loadable
@@ -37,13 +37,19 @@ $(EXT): deps $(shell find src sql -type f 2>/dev/null) Cargo.toml build.rs
 demo: $(EXT)
 	$(PY) examples/demo.py
 
-test: $(EXT) test-rust test-python test-node test-cluster
+test: $(EXT) test-rust test-python test-node test-cluster test-python-current
 
 test-rust: deps
 	$(CARGO) test --release --lib
 
 test-python: $(EXT)
 	$(PY) -m pytest -q tests
+
+# The whole Python suite again on a current SQLite (issue 7): libsqlite3.so.0 and the sqlite3
+# shell built once (~1 min, cached in target/sqlite-current/) from the SQLite amalgamation that
+# npm's sqlite3 package ships, put in front of Debian's 3.40 via LD_LIBRARY_PATH and PATH.
+test-python-current: $(EXT)
+	bash scripts/sqlite_current.sh $(PY) -m pytest -q tests
 
 # Node helper: better-sqlite3 12 (13 needs Node 22); npm may skip the native build.
 node/node_modules: node/package.json

@@ -5,7 +5,8 @@
 -- (an in-memory database; `sqlite3 shop.db < examples/trigger_enqueue.sql` keeps a new file)
 
 .load ./dist/tinyq
--- tq_add may run in a trigger while trusted_schema is ON (the shell's default).
+-- tq_add may run in a trigger while trusted_schema is ON (Debian's 3.40 shell has it ON;
+-- the shell of current SQLite versions turns it off, so say it).
 PRAGMA trusted_schema = ON;
 
 CREATE TABLE orders (id INTEGER PRIMARY KEY, email TEXT NOT NULL);

@@ -424,6 +424,17 @@ def test_file_that_is_not_a_database(tmp_path):
     with open(path, "wb") as f:
         f.write(bytes(random.Random(7).getrandbits(8) for _ in range(16384)))
     conn = raw_connect(path)
+    try:
+        conn.execute("SELECT 1").fetchall()
+    except sqlite3.DatabaseError as e:
+        # Newer SQLite (3.52 here) reads the header while preparing any top-level SELECT, even
+        # SELECT 1: every statement fails with SQLite's own message, before tinyq runs.
+        assert e.sqlite_errorcode == sqlite3.SQLITE_NOTADB, e.sqlite_errorname
+        for sql in ["SELECT tq_add('q', '{}')", "SELECT tq_version()", "SELECT * FROM tq_jobs"]:
+            err = error_of(conn, sql)
+            assert "not a database" in str(err) and err.sqlite_errorcode == sqlite3.SQLITE_NOTADB, str(err)
+        conn.close()
+        return
     for fn, sql in [("tq_add", "SELECT tq_add('q', '{}')"), ("tq_get", "SELECT tq_get('a')"),
                     ("tq_cancel", "SELECT tq_cancel('a')"), ("tq_settle", "SELECT tq_settle('a', 1, 'done')")]:
         err = error_of(conn, sql)

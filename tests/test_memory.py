@@ -101,6 +101,7 @@ def session_sql(pinned):
         SELECT tq_add('q', 'in-tx');
         SELECT count(*) FROM tq_claim('q', 'w3', 5);
         ROLLBACK;
+        PRAGMA trusted_schema = ON;
         CREATE TABLE rows (x);
         CREATE TRIGGER rows_job AFTER INSERT ON rows BEGIN SELECT tq_add('q', NEW.x); END;
         INSERT INTO rows VALUES ('a'), ('b');
