@@ -66,11 +66,15 @@ test-node: $(EXT) node/node_modules
 test-cluster: $(EXT)
 	$(PY) tests/cluster/run_cluster.py
 
+# tinyq beside a hand-written SQL queue and the peers (honker, litequeue, persist-queue,
+# huey; set up under bench/work/ on first run): bench/results/latest.md and peers.md.
 bench: $(EXT)
 	$(PY) bench/lifecycle.py
+	$(PY) bench/peers.py
 
 bench-quick: $(EXT)
 	$(PY) bench/lifecycle.py --quick
+	$(PY) bench/peers.py --quick
 
 PREFIX ?= /usr/local
 LIBDIR ?= $(PREFIX)/lib

@@ -80,15 +80,19 @@ pub fn run(conn: &Conn, req: &Request) -> Result<Vec<Claimed>> {
 /// A claim commits inside the statement `SELECT * FROM tq_claim(...)`, and SQLite keeps a
 /// read transaction open on `main` until that statement ends: the automatic checkpoint that
 /// follows the commit fails (SQLITE_LOCKED) and the WAL would grow while claims are the
-/// only writers. So every 64th claim of a connection checkpoints first (PASSIVE: it waits
-/// for no one), at a moment when it holds no transaction.
+/// only writers. So now and then a claim checkpoints first (PASSIVE: it waits for no one),
+/// at a moment when it holds no transaction: about as often as the automatic checkpoint
+/// would (a claim writes ~4 pages; `wal_autocheckpoint` is in pages), never if it is off.
 fn checkpoint_now_and_then(conn: &Conn) {
-    const EVERY: u32 = 64;
     if !conn.autocommit() || conn.write_in_progress() {
         return;
     }
     let n = conn.claims_since_checkpoint.get() + 1;
-    if n < EVERY {
+    let every = match conn.one_int("PRAGMA wal_autocheckpoint", &[]) {
+        Ok(Some(pages)) if pages > 0 => (pages / 4).max(16) as u32,
+        _ => return,
+    };
+    if n < every {
         conn.claims_since_checkpoint.set(n);
         return;
     }
