@@ -7,6 +7,7 @@ import os
 import sqlite3
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -21,8 +22,15 @@ def connect(path, busy_ms=5000):
     conn.enable_load_extension(True)
     conn.load_extension(EXT)
     conn.enable_load_extension(False)
-    conn.execute("PRAGMA journal_mode=WAL")
-    conn.execute("PRAGMA synchronous=NORMAL")
+    for attempt in range(200):          # with busy_ms=0 even these may meet a lock
+        try:
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=NORMAL")
+            break
+        except sqlite3.OperationalError as e:
+            if "locked" not in str(e) or attempt == 199:
+                raise
+            time.sleep(0.005)
     return conn
 
 
@@ -73,6 +81,28 @@ def settle(conn, job_id, attempt, outcome="done", value=None):
     if value is None:
         return one(conn, "SELECT tq_settle(?, ?, ?)", job_id, attempt, outcome)
     return one(conn, "SELECT tq_settle(?, ?, ?, ?)", job_id, attempt, outcome, value)
+
+def ids(rows):
+    return [r["id"] for r in rows]
+
+
+def watch_all(conn, queue=None):
+    """Every tq_watch event (paging by seq, in case a call returns a bounded number)."""
+    events, since = [], 0
+    while True:
+        if queue is None:
+            cur = conn.execute("SELECT seq, id, queue, state, attempt, at, detail FROM tq_watch(?)",
+                               (since,))
+        else:
+            cur = conn.execute("SELECT seq, id, queue, state, attempt, at, detail "
+                               "FROM tq_watch(?, ?)", (since, queue))
+        cols = [c[0] for c in cur.description]
+        batch = [dict(zip(cols, r)) for r in cur.fetchall()]
+        if not batch:
+            return events
+        events.extend(batch)
+        since = batch[-1]["seq"]
+
 
 def shell(db_path, *sql, check=True):
     """Run statements through the sqlite3 shell with tinyq loaded; returns the CompletedProcess."""

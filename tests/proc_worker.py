@@ -34,36 +34,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 EXT = os.environ.get("TINYQ_EXT") or os.path.join(os.path.dirname(HERE), "dist", "tinyq")
 
 
-def connect(path, busy_ms=5000):
-    conn = sqlite3.connect(path, isolation_level=None, timeout=busy_ms / 1000)
-    conn.enable_load_extension(True)
-    conn.load_extension(EXT)
-    conn.enable_load_extension(False)
-    for attempt in range(200):          # with busy_ms=0 even these may meet a lock
-        try:
-            conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute("PRAGMA synchronous=NORMAL")
-            break
-        except sqlite3.OperationalError as e:
-            if "locked" not in str(e) or attempt == 199:
-                raise
-            time.sleep(0.005)
-    return conn
-
-
-def one(conn, sql, *args):
-    row = conn.execute(sql, args).fetchone()
-    return None if row is None else row[0]
-
-
-def claim(conn, queue, worker, n, options=None):
-    if options is None:
-        cur = conn.execute("SELECT * FROM tq_claim(?, ?, ?)", (queue, worker, n))
-    else:
-        cur = conn.execute("SELECT * FROM tq_claim(?, ?, ?, ?)",
-                           (queue, worker, n, json.dumps(options)))
-    cols = [c[0] for c in cur.description]
-    return [dict(zip(cols, row)) for row in cur.fetchall()]
+# The same connection and helpers as the tests (this folder is on sys.path when run).
+from conftest import claim, connect, one  # noqa: E402
 
 
 def err_info(e):

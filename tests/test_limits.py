@@ -19,32 +19,10 @@ import time
 
 import pytest
 
-from conftest import add, claim, connect, get, one, pin, setq, settle
+from conftest import add, claim, connect, get, ids, one, pin, setq, settle, watch_all
 from proc_worker import spawn
 
 T0 = 1_800_000_000_000          # a fixed "now" (2027-01-15), pinned with tq_clock
-
-
-def ids(rows):
-    return [r["id"] for r in rows]
-
-
-def watch_all(conn, queue=None):
-    """Every tq_watch event (paging by seq, in case a call returns a bounded number)."""
-    events, since = [], 0
-    while True:
-        if queue is None:
-            cur = conn.execute("SELECT seq, id, queue, state, attempt, at, detail FROM tq_watch(?)",
-                               (since,))
-        else:
-            cur = conn.execute("SELECT seq, id, queue, state, attempt, at, detail "
-                               "FROM tq_watch(?, ?)", (since, queue))
-        cols = [c[0] for c in cur.description]
-        batch = [dict(zip(cols, r)) for r in cur.fetchall()]
-        if not batch:
-            return events
-        events.extend(batch)
-        since = batch[-1]["seq"]
 
 
 def window_violations(times, n, w):

@@ -17,7 +17,7 @@ import statistics
 import subprocess
 import time
 
-from conftest import add, claim, connect, get, one, pin, run_python, setq, settle
+from conftest import add, claim, connect, get, ids, one, pin, run_python, setq, settle, watch_all
 from proc_worker import Holder, spawn
 
 T0 = 1_800_000_000_000          # a fixed "now" (2027-01-15), pinned with tq_clock
@@ -27,27 +27,6 @@ def renew(conn, job_id, attempt, lease=None):
     if lease is None:
         return one(conn, "SELECT tq_renew(?, ?)", job_id, attempt)
     return one(conn, "SELECT tq_renew(?, ?, ?)", job_id, attempt, lease)
-
-
-def ids(rows):
-    return [r["id"] for r in rows]
-
-
-def watch_all(conn, queue=None):
-    events, since = [], 0
-    while True:
-        if queue is None:
-            cur = conn.execute("SELECT seq, id, queue, state, attempt, at, detail FROM tq_watch(?)",
-                               (since,))
-        else:
-            cur = conn.execute("SELECT seq, id, queue, state, attempt, at, detail "
-                               "FROM tq_watch(?, ?)", (since, queue))
-        cols = [c[0] for c in cur.description]
-        batch = [dict(zip(cols, r)) for r in cur.fetchall()]
-        if not batch:
-            return events
-        events.extend(batch)
-        since = batch[-1]["seq"]
 
 
 CLAIM_IN_NEW_PROCESS = r"""
