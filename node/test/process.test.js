@@ -1,19 +1,12 @@
 'use strict';
 // Workers in child processes: steps survive a killed worker; SIGTERM stops a worker cleanly.
-const { test, after } = require('node:test');
+const { test } = require('node:test');
 const assert = require('node:assert/strict');
 const { spawn } = require('child_process');
-const fs = require('fs');
-const os = require('os');
 const path = require('path');
 const tinyq = require('..');
 
-const dirs = [];
-const tempDb = () => {
-  dirs.push(fs.mkdtempSync(path.join(os.tmpdir(), 'tinyq-node-')));
-  return path.join(dirs[dirs.length - 1], 'q.db');
-};
-after(() => dirs.forEach((d) => fs.rmSync(d, { recursive: true, force: true })));
+const { tempDb } = require('../test-support');
 
 /** A child `node -e source` with TINYQ_TEST_DB set; resolves `lines` as its stdout comes. */
 function child(source, file) {

@@ -1,19 +1,11 @@
 'use strict';
 // The Queue methods other than work(): add, get, cancel, retry, watch, settings, load/open.
-const { test, after } = require('node:test');
+const { test } = require('node:test');
 const assert = require('node:assert/strict');
-const fs = require('fs');
-const os = require('os');
-const path = require('path');
 const Database = require('better-sqlite3');
 const tinyq = require('..');
 
-const dirs = [];
-const tempDb = () => {
-  dirs.push(fs.mkdtempSync(path.join(os.tmpdir(), 'tinyq-node-')));
-  return path.join(dirs[dirs.length - 1], 'q.db');
-};
-after(() => dirs.forEach((d) => fs.rmSync(d, { recursive: true, force: true })));
+const { tempDb } = require('../test-support');
 
 test('open() loads tinyq and sets WAL, synchronous=NORMAL, busy_timeout', () => {
   const db = tinyq.open(tempDb());

@@ -1,18 +1,10 @@
 'use strict';
 // Queue.work(): outcomes, errors, lease renewals, stop(), cancellation and timeouts.
-const { test, after, afterEach } = require('node:test');
+const { test, afterEach } = require('node:test');
 const assert = require('node:assert/strict');
-const fs = require('fs');
-const os = require('os');
-const path = require('path');
 const tinyq = require('..');
 
-const dirs = [];
-const tempDb = () => {
-  dirs.push(fs.mkdtempSync(path.join(os.tmpdir(), 'tinyq-node-')));
-  return path.join(dirs[dirs.length - 1], 'q.db');
-};
-after(() => dirs.forEach((d) => fs.rmSync(d, { recursive: true, force: true })));
+const { tempDb } = require('../test-support');
 
 // Every test's queues are stopped and closed after it, even when it fails, so that a
 // failing test cannot leave a worker running (which would keep the test process alive).
