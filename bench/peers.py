@@ -466,7 +466,8 @@ def report(results, names, classes, size, mode, lq_py, exts):
         emit("## Where tinyq is behind")
         emit()
         emit("Generated: every measurement where a system beat tinyq by more than 10% "
-             "(smaller differences are within this machine's noise).")
+             "(smaller differences are within this machine's noise). Why, what was fixed and "
+             "what remains: bench/README.md, \"Why tinyq is behind where it is\".")
         emit()
         behind = []
         ahead = lambda theirs, ours: theirs > ours * 1.1  # noqa: E731
