@@ -33,20 +33,6 @@ impl Options {
         self.0.contains_key(key)
     }
 
-    pub fn has(&self, key: &str) -> bool {
-        self.0.get(key).is_some_and(|v| !v.is_null())
-    }
-
-    fn get(&self, key: &str) -> Option<Val> {
-        match self.0.get(key)? {
-            Value::Null => None,
-            Value::String(s) => Some(Val::Text(s.clone())),
-            Value::Number(n) => Some(n.as_i64().map(Val::Int).unwrap_or(Val::Real(n.as_f64().unwrap_or(f64::NAN)))),
-            Value::Bool(b) => Some(Val::Int(*b as i64)),
-            other => Some(Val::Blob(other.to_string().into_bytes())),
-        }
-    }
-
     fn raw(&self, key: &str) -> Option<&Value> {
         self.0.get(key).filter(|v| !v.is_null())
     }
@@ -93,14 +79,15 @@ impl Options {
         self.typed(key, time::parse_rate)
     }
 
+    /// A duration, time or rate: a JSON string or number, read as SQL would pass it.
     fn typed<T>(&self, key: &str, parse: fn(&Val) -> std::result::Result<T, String>) -> Result<Option<T>> {
-        match (self.raw(key), self.get(key)) {
-            (Some(v @ (Value::Array(_) | Value::Object(_) | Value::Bool(_))), _) => {
-                bail!("option \"{key}\" must not be {}", json_kind(v))
-            }
-            (_, None) => Ok(None),
-            (_, Some(v)) => parse(&v).map(Some).map_err(|e| Error::bad(format!("option \"{key}\": {e}"))),
-        }
+        let v = match self.raw(key) {
+            None => return Ok(None),
+            Some(Value::String(s)) => Val::Text(s.clone()),
+            Some(Value::Number(n)) => n.as_i64().map(Val::Int).unwrap_or(Val::Real(n.as_f64().unwrap_or(f64::NAN))),
+            Some(v) => bail!("option \"{key}\" must not be {}", json_kind(v)),
+        };
+        parse(&v).map(Some).map_err(|e| Error::bad(format!("option \"{key}\": {e}")))
     }
 }
 
