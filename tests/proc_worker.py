@@ -313,6 +313,17 @@ def mode_due(db, a):
 
 # --------------------------------------------------------------------------- parent side
 
+def wait_all(procs, timeout=30):
+    """Wait for worker processes to exit (after their stop file appeared); kill stragglers."""
+    import subprocess
+    for p in procs:
+        try:
+            p.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+
+
 def spawn(mode, db, args=None, **popen):
     """Start a worker process with Debian's python (the one that can load extensions)."""
     import subprocess

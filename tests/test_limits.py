@@ -20,7 +20,7 @@ import time
 import pytest
 
 from conftest import add, claim, connect, get, ids, one, pin, setq, settle, watch_all
-from proc_worker import spawn
+from proc_worker import spawn, wait_all
 
 T0 = 1_800_000_000_000          # a fixed "now" (2027-01-15), pinned with tq_clock
 
@@ -324,12 +324,7 @@ def test_LIM_01_exact_limits_under_load_from_four_processes(db, db_path, tmp_pat
         elapsed = time.monotonic() - started
     finally:
         open(stop, "w").close()
-        for p in procs:
-            try:
-                p.wait(timeout=30)
-            except Exception:
-                p.kill()
-                p.wait()
+        wait_all(procs)
     assert [p.returncode for p in procs] == [0, 0, 0, 0]
 
     # ---- every job done, exactly once, first attempt
@@ -645,12 +640,7 @@ def test_busy_without_timeout_under_load_errors_are_busy_and_results_right(db, d
         elapsed = time.monotonic() - started
     finally:
         open(stop, "w").close()
-        for p in procs:
-            try:
-                p.wait(timeout=30)
-            except Exception:
-                p.kill()
-                p.wait()
+        wait_all(procs)
     recs = [r for log in logs for r in read_log(log)]
     errs = [r for r in recs if r["ev"] == "err"]
     not_busy = [r for r in errs if not (r["type"] == "OperationalError"

@@ -18,7 +18,7 @@ import subprocess
 import time
 
 from conftest import add, claim, connect, get, ids, one, pin, run_python, setq, settle, watch_all
-from proc_worker import Holder, spawn
+from proc_worker import Holder, spawn, wait_all
 
 T0 = 1_800_000_000_000          # a fixed "now" (2027-01-15), pinned with tq_clock
 
@@ -360,12 +360,7 @@ def test_crash_random_sigkills_every_job_done_exactly_once(db, db_path, tmp_path
     finally:
         open(stop, "w").close()
         open(nokill, "w").close()
-        for p in alive():
-            try:
-                p.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
+        wait_all(alive())
         reap()
     killed = killed_self | killed_ext
     assert bad_exit == [], f"a worker failed: {bad_exit}"
