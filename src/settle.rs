@@ -114,13 +114,34 @@ fn parse_outcome(outcome: &Val, value: Option<&Val>) -> Result<Settle> {
     }))
 }
 
+/// The fence (JOB-05) of a settlement, on `?1` = id and `?2` = attempt: this attempt's lease
+/// is unsettled and no later attempt has claimed the job (its lease may have run out).
+#[macro_export]
+macro_rules! settle_fence {
+    () => {
+        " id = ?1 AND attempt = ?2 AND lease_until IS NOT NULL AND status IN ('running', 'queued', 'failed') "
+    };
+}
+
+/// The fence of a call made while working (renew, step, progress): the attempt still holds
+/// the job's lease.
+#[macro_export]
+macro_rules! working_fence {
+    () => {
+        " id = ?1 AND attempt = ?2 AND status = 'running' AND lease_until IS NOT NULL "
+    };
+}
+
 /// Settles `done` in one statement, fenced like `held`; the id is kept for `dedupe`.
 fn done(conn: &Conn, id: &str, attempt: i64, result: &Val) -> Result<Out> {
     let n = conn.exec(
-        "UPDATE tinyq_jobs SET status = 'done', result = ?3, error = NULL, lease_until = NULL, holder = NULL, settled_at = ?4,
-             expires_at = ?4 + coalesce((SELECT dedupe FROM tinyq_queues WHERE name = tinyq_jobs.queue), ?5),
-             changed_at = ?4, note = NULL
-         WHERE id = ?1 AND attempt = ?2 AND lease_until IS NOT NULL AND status IN ('running', 'queued', 'failed')",
+        concat!(
+            "UPDATE tinyq_jobs SET status = 'done', result = ?3, error = NULL, lease_until = NULL, holder = NULL,
+                 settled_at = ?4, changed_at = ?4, note = NULL,
+                 expires_at = ?4 + coalesce((SELECT dedupe FROM tinyq_queues WHERE name = tinyq_jobs.queue), ?5)
+             WHERE",
+            settle_fence!()
+        ),
         &[&id, &attempt, result, &conn.now(), &queues::DEFAULT_DEDUPE],
     )?;
     Ok(Out::Int(n.min(1)))
@@ -129,8 +150,7 @@ fn done(conn: &Conn, id: &str, attempt: i64, result: &Val) -> Result<Out> {
 /// The attempt that holds (or held, unsettled, with nobody after it) the job's lease.
 fn held(conn: &Conn, id: &str, attempt: i64) -> Result<Option<(Held, String)>> {
     let mut st = conn.query(
-        "SELECT seq, attempt, tries, budget, queue FROM tinyq_jobs
-         WHERE id = ?1 AND attempt = ?2 AND lease_until IS NOT NULL AND status IN ('running', 'queued', 'failed')",
+        concat!("SELECT seq, attempt, tries, budget, queue FROM tinyq_jobs WHERE", settle_fence!()),
         &[&id, &attempt],
     )?;
     if !st.step()? {
@@ -168,10 +188,13 @@ pub fn tq_settle(conn: &Conn, args: &[Val]) -> Result<Out> {
 /// None: stop working (cancelled, taken by a later attempt, or past its timeout).
 pub fn extend_lease(conn: &Conn, id: &str, attempt: i64, lease: Option<i64>) -> Result<Option<i64>> {
     conn.one_int(
-        "UPDATE tinyq_jobs
-         SET lease_until = min(?3 + coalesce(?4, (SELECT lease FROM tinyq_queues WHERE name = tinyq_jobs.queue), ?5), deadline)
-         WHERE id = ?1 AND attempt = ?2 AND status = 'running' AND lease_until IS NOT NULL AND ?3 < deadline
-         RETURNING lease_until",
+        concat!(
+            "UPDATE tinyq_jobs
+             SET lease_until = min(?3 + coalesce(?4, (SELECT lease FROM tinyq_queues WHERE name = tinyq_jobs.queue), ?5), deadline)
+             WHERE",
+            working_fence!(),
+            "AND ?3 < deadline RETURNING lease_until"
+        ),
         &[&id, &attempt, &conn.now(), &lease, &queues::DEFAULT_LEASE],
     )
 }

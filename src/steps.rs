@@ -58,8 +58,7 @@ pub fn tq_progress(conn: &Conn, args: &[Val]) -> Result<Out> {
     let value = options::data("value", &args[2], true)?;
     conn.write_one(|| {
         let n = conn.exec(
-            "UPDATE tinyq_jobs SET progress = ?3, changed_at = ?4
-             WHERE id = ?1 AND attempt = ?2 AND status = 'running' AND lease_until IS NOT NULL",
+            concat!("UPDATE tinyq_jobs SET progress = ?3, changed_at = ?4 WHERE", crate::working_fence!()),
             &[&id, &attempt, &value, &conn.now()],
         )?;
         Ok(Out::Int(n.min(1)))
