@@ -14,8 +14,6 @@ pub use sqlite_loadable::ext::{
 pub const SQLITE_OK: c_int = 0;
 pub const SQLITE_ERROR: c_int = 1;
 pub const SQLITE_INTERNAL: c_int = 2;
-pub const SQLITE_BUSY: c_int = 5;
-pub const SQLITE_MISUSE: c_int = 21;
 pub const SQLITE_ROW: c_int = 100;
 pub const SQLITE_DONE: c_int = 101;
 

@@ -113,10 +113,9 @@ fn tq_version(_: &Conn, args: &[Val]) -> Result<Out> {
 fn tq_debug(conn: &Conn, args: &[Val]) -> Result<Out> {
     no_args(args)?;
     let sqlite = ffi::c_text(unsafe { sql!(libversion()) });
-    let schema = match schema::describe(conn)? {
-        Val::Int(0) => "none".to_string(),
-        Val::Int(v) => v.to_string(),
-        _ => "?".into(),
+    let schema = match schema::stored_version(conn)? {
+        0 => "none".to_string(),
+        v => v.to_string(),
     };
     Ok(Out::Text(format!(
         "tinyq {} (commit {}) sqlite {sqlite} schema {schema} (this build writes schema {})",

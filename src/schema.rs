@@ -4,7 +4,7 @@
 use std::ffi::{c_char, CString};
 
 use crate::conn::Conn;
-use crate::ffi::{c_text, Error, Result, Val};
+use crate::ffi::{c_text, Error, Result};
 
 /// Each migration brings the store to its version; they run in order, once.
 const MIGRATIONS: &[(i64, &str)] = &[(1, include_str!("../sql/001_store.sql"))];
@@ -14,7 +14,7 @@ pub fn version() -> i64 {
 }
 
 /// The schema version of the store in this database (0: there is none).
-fn stored_version(conn: &Conn) -> Result<i64> {
+pub fn stored_version(conn: &Conn) -> Result<i64> {
     let has_meta = conn.one_int("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'tinyq_meta'", &[])?;
     if has_meta.is_none() {
         return Ok(0);
@@ -87,9 +87,4 @@ fn exec_script(conn: &Conn, script: &str) -> Result<()> {
         return Err(e);
     }
     Ok(())
-}
-
-/// Facts for tq_debug.
-pub fn describe(conn: &Conn) -> Result<Val> {
-    Ok(Val::Int(stored_version(conn)?))
 }
