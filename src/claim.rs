@@ -87,16 +87,19 @@ fn checkpoint_now_and_then(conn: &Conn) {
     if !conn.autocommit() || conn.write_in_progress() {
         return;
     }
-    let n = conn.claims_since_checkpoint.get() + 1;
-    let every = match conn.one_int("PRAGMA wal_autocheckpoint", &[]) {
-        Ok(Some(pages)) if pages > 0 => (pages / 4).max(16) as u32,
-        _ => return,
+    // The setting is read once per cycle, not on every claim (this is the claim's hot path).
+    let left = match conn.claims_until_checkpoint.get() {
+        Some(left) => left,
+        None => match conn.one_int("PRAGMA wal_autocheckpoint", &[]) {
+            Ok(Some(pages)) if pages > 0 => (pages / 4).max(16) as u32,
+            _ => u32::MAX, // off: this connection never checkpoints for claims
+        },
     };
-    if n < every {
-        conn.claims_since_checkpoint.set(n);
+    if left > 1 {
+        conn.claims_until_checkpoint.set(Some(left - 1));
         return;
     }
-    conn.claims_since_checkpoint.set(0);
+    conn.claims_until_checkpoint.set(None);
     const SQLITE_CHECKPOINT_PASSIVE: std::ffi::c_int = 0;
     unsafe {
         crate::sql!(wal_checkpoint_v2(
