@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 
-use crate::conn::Conn;
+use crate::conn::{Bind, Conn};
 use crate::ffi::{Result, Val};
 use crate::options::{self, Options};
 use crate::queues::{self, Settings};
@@ -73,7 +73,7 @@ pub fn run(conn: &Conn, req: &Request) -> Result<Vec<Claimed>> {
             return Ok(vec![]);
         }
         let picked = plan(conn, &q, now, n)?;
-        take(conn, &q, &picked, worker, lease.unwrap_or(q.lease()), now)
+        take(conn, &q, picked, worker, lease.unwrap_or(q.lease()), now)
     })
 }
 
@@ -217,9 +217,18 @@ fn room(conn: &Conn, q: &Settings, now: i64, n: i64) -> Result<Room> {
     Ok(Room { total, groups })
 }
 
+/// A due job chosen by `plan`, read under the claim's write lock.
+pub struct Picked {
+    seq: i64,
+    id: String,
+    attempt: i64,
+    payload: Val,
+    group: Option<String>,
+}
+
 /// The due jobs to take, in order (JOB-01), within every limit. A job whose group is full
 /// is passed over for this claim only (LIM-02): the next claim looks at it again.
-pub fn plan(conn: &Conn, q: &Settings, now: i64, n: i64) -> Result<Vec<i64>> {
+pub fn plan(conn: &Conn, q: &Settings, now: i64, n: i64) -> Result<Vec<Picked>> {
     let Room { total, mut groups } = room(conn, q, now, n)?;
     let mut picked = vec![];
     if total <= 0 {
@@ -229,12 +238,14 @@ pub fn plan(conn: &Conn, q: &Settings, now: i64, n: i64) -> Result<Vec<i64>> {
         q.group_concurrency.map_or(true, |c| used.0 < c) && q.group_rate.map_or(true, |(r, _)| used.1 < r)
     };
     let mut st = conn.query(
-        "SELECT seq, grp FROM tinyq_jobs WHERE status = 'queued' AND queue = ?1 AND run_at <= ?2
+        // seq and grp come from the index; the row itself is read only for a picked job.
+        "SELECT seq, grp, id, attempt, payload FROM tinyq_jobs WHERE status = 'queued' AND queue = ?1 AND run_at <= ?2
          ORDER BY priority DESC, run_at, seq",
         &[&q.name, &now],
     )?;
     while (picked.len() as i64) < total && st.step()? {
-        if let (Some(usage), Some(g)) = (groups.as_mut(), st.text(1)) {
+        let group = st.text(1);
+        if let (Some(usage), Some(g)) = (groups.as_mut(), group.clone()) {
             let used = usage.entry(g).or_default();
             if !group_room(used) {
                 continue;
@@ -242,42 +253,48 @@ pub fn plan(conn: &Conn, q: &Settings, now: i64, n: i64) -> Result<Vec<i64>> {
             used.0 += 1;
             used.1 += 1;
         }
-        picked.push(st.int(0));
+        picked.push(Picked { seq: st.int(0), id: st.text(2).unwrap_or_default(), attempt: st.int(3), payload: st.val(4), group });
     }
     Ok(picked)
 }
 
-/// Leases the picked jobs, in one statement: each claim is a new attempt, charged now (JOB-03).
-fn take(conn: &Conn, q: &Settings, picked: &[i64], worker: &str, lease: i64, now: i64) -> Result<Vec<Claimed>> {
+/// The UPDATE that leases jobs: ?2 lease_until, ?3 deadline, ?4 now, ?5 worker, ?6 holder.
+macro_rules! lease_where {
+    ($which:literal) => {
+        concat!(
+            "UPDATE tinyq_jobs SET status = 'running', attempt = attempt + 1, tries = tries + 1,
+                 lease_until = ?2, deadline = ?3, started_at = ?4, worker = ?5, holder = ?6,
+                 changed_at = ?4, note = ?5
+             WHERE ",
+            $which
+        )
+    };
+}
+
+/// Leases the picked jobs: each claim is a new attempt, charged now (JOB-03). No RETURNING:
+/// the plan has read what is returned, and SQLite runs RETURNING (like a list of keys)
+/// through a temporary b-tree, which costs more than a lone job's whole UPDATE. So one job
+/// is taken by its key, several in one statement over the list.
+fn take(conn: &Conn, q: &Settings, picked: Vec<Picked>, worker: &str, lease: i64, now: i64) -> Result<Vec<Claimed>> {
     if picked.is_empty() {
         return Ok(vec![]);
     }
     let holder = holders::mine(conn, now)?;
     let deadline = now + q.timeout();
     let lease_until = (now + lease).min(deadline);
-    let seqs = serde_json::to_string(picked).expect("integers");
-    let mut st = conn.query(
-        "UPDATE tinyq_jobs SET status = 'running', attempt = attempt + 1, tries = tries + 1,
-             lease_until = ?2, deadline = ?3, started_at = ?4, worker = ?5, holder = ?6,
-             changed_at = ?4, note = ?5
-         WHERE seq IN (SELECT value FROM json_each(?1))
-         RETURNING seq, id, attempt, payload, grp",
-        &[&seqs, &lease_until, &deadline, &now, &worker, &holder],
-    )?;
+    let lease = [&lease_until as &dyn Bind, &deadline, &now, &worker, &holder];
+    if let [job] = &picked[..] {
+        conn.exec(lease_where!("seq = ?1"), &[&[&job.seq as &dyn Bind], &lease[..]].concat())?;
+    } else {
+        let seqs = serde_json::to_string(&picked.iter().map(|p| p.seq).collect::<Vec<_>>()).expect("integers");
+        conn.exec(lease_where!("seq IN (SELECT value FROM json_each(?1))"), &[&[&seqs as &dyn Bind], &lease[..]].concat())?;
+    }
     let mut out = Vec::with_capacity(picked.len());
-    while st.step()? {
-        let job = Claimed { id: st.text(1).unwrap_or_default(), attempt: st.int(2), payload: st.val(3), group: st.text(4), lease_until, deadline };
-        out.push((st.int(0), job));
+    for job in picked {
+        if q.counts_starts() {
+            conn.exec("INSERT INTO tinyq_starts (queue, grp, at) VALUES (?1, ?2, ?3)", &[&q.name, &job.group, &now])?;
+        }
+        out.push(Claimed { id: job.id, attempt: job.attempt + 1, payload: job.payload, group: job.group, lease_until, deadline });
     }
-    drop(st);
-    // RETURNING comes in no particular order: give the jobs back in claim order (JOB-01).
-    let place: HashMap<i64, usize> = picked.iter().enumerate().map(|(i, s)| (*s, i)).collect();
-    out.sort_by_key(|(seq, _)| place.get(seq).copied());
-    if q.counts_starts() {
-        conn.exec(
-            "INSERT INTO tinyq_starts (queue, grp, at) SELECT ?1, grp, ?3 FROM tinyq_jobs WHERE seq IN (SELECT value FROM json_each(?2))",
-            &[&q.name, &seqs, &now],
-        )?;
-    }
-    Ok(out.into_iter().map(|(_, job)| job).collect())
+    Ok(out)
 }

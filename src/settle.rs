@@ -119,7 +119,7 @@ fn parse_outcome(outcome: &Val, value: Option<&Val>) -> Result<Settle> {
 #[macro_export]
 macro_rules! settle_fence {
     () => {
-        " id = ?1 AND attempt = ?2 AND lease_until IS NOT NULL AND status IN ('running', 'queued', 'failed') "
+        " id = ?1 AND attempt = ?2 AND lease_until IS NOT NULL AND (status = 'running' OR status = 'queued' OR status = 'failed') "
     };
 }
 

@@ -21,12 +21,16 @@ fn settled_jobs(conn: &Conn, q: &Settings, now: i64, limit: i64) -> Result<i64> 
 }
 
 /// Events go oldest first, store-wide: they are in time order, so only the head of the
-/// log is looked at. They live as long as the longest `keep` of any queue. The newest
-/// event always stays, so that seq (a rowid) never goes back for watchers.
+/// log is looked at, up to its first event that is still young. They live as long as the
+/// longest `keep` of any queue. The newest event always stays, so that seq (a rowid) never
+/// goes back for watchers. One range of rowids: a claim with nothing to remove reads a row.
 fn events(conn: &Conn, _: &Settings, now: i64, limit: i64) -> Result<i64> {
     conn.exec(
-        "DELETE FROM tinyq_events WHERE seq IN (SELECT seq FROM tinyq_events ORDER BY seq LIMIT ?2)
-           AND seq < (SELECT max(seq) FROM tinyq_events) AND at < ?1 - (SELECT max(coalesce(keep, ?3)) FROM tinyq_queues)",
+        "DELETE FROM tinyq_events WHERE seq < min(
+             (SELECT min(seq) FROM tinyq_events) + ?2,
+             coalesce((SELECT seq FROM tinyq_events
+                       WHERE at >= ?1 - (SELECT max(coalesce(keep, ?3)) FROM tinyq_queues) ORDER BY seq LIMIT 1),
+                      (SELECT max(seq) FROM tinyq_events)))",
         &[&now, &limit, &crate::queues::DEFAULT_KEEP],
     )
 }
