@@ -1,53 +1,99 @@
 //! Retention (RET-01): done jobs keep their id for `dedupe`, failed jobs their error for
 //! `keep`; events live as long as the longest `keep`, starts as long as the longest rate window.
 
-use crate::conn::Conn;
+use crate::conn::{Bind, Conn};
 use crate::ffi::{Out, Result, Val};
 use crate::queues::{self, Settings};
 use crate::options;
 
+// Limits are written `LIMIT ?N + 0`: since SQLite 3.47 or so a bare `LIMIT ?N` is planned
+// with the bound value, so every new binding re-prepares the statement (~90k instructions,
+// on every claim). An expression is evaluated at run time instead.
+//
+// A claim's sweep looks before it deletes: claims sweep on every call and usually find
+// nothing, and a DELETE that removes nothing still costs several times a read. tq_sweep
+// deletes at once (so on a read-only file it fails like every writer).
+
 /// One kind of expired row: removes up to `limit` of them; returns how many.
-type Kind = fn(&Conn, &Settings, i64, i64) -> Result<i64>;
+type Kind = fn(&Conn, &Settings, i64, i64, Look) -> Result<i64>;
+
+/// Whether to look for expired rows before deleting them.
+#[derive(Clone, Copy, PartialEq)]
+enum Look {
+    First,
+    No,
+}
 
 /// Every kind of expired row, in the order tq_sweep removes them.
 const KINDS: [Kind; 4] = [settled_jobs, events, tombstones, starts];
 
-fn settled_jobs(conn: &Conn, q: &Settings, now: i64, limit: i64) -> Result<i64> {
-    conn.exec(
+/// Runs `delete`, unless asked to look first and `probe` (a SELECT EXISTS, on the first
+/// `probe_params`) finds nothing.
+fn delete_if_any(conn: &Conn, look: Look, probe: &'static str, delete: &'static str, params: &[&dyn Bind], probe_params: usize) -> Result<i64> {
+    if look == Look::First && conn.one_int(probe, &params[..probe_params])? != Some(1) {
+        return Ok(0);
+    }
+    conn.exec(delete, params)
+}
+
+fn settled_jobs(conn: &Conn, q: &Settings, now: i64, limit: i64, look: Look) -> Result<i64> {
+    delete_if_any(
+        conn,
+        look,
+        // `status IN (...)` names the partial index; the equality makes it a plain seek.
+        "SELECT EXISTS (SELECT 1 FROM tinyq_jobs WHERE status = 'done' AND status IN ('done', 'failed')
+                          AND queue = ?1 AND expires_at <= ?2)
+             OR EXISTS (SELECT 1 FROM tinyq_jobs WHERE status = 'failed' AND status IN ('done', 'failed')
+                          AND queue = ?1 AND expires_at <= ?2)",
         "DELETE FROM tinyq_jobs WHERE seq IN (
-             SELECT seq FROM tinyq_jobs WHERE status IN ('done', 'failed') AND queue = ?1 AND expires_at <= ?2 LIMIT ?3)",
+             SELECT seq FROM tinyq_jobs WHERE status IN ('done', 'failed') AND queue = ?1 AND expires_at <= ?2 LIMIT ?3 + 0)",
         &[&q.name, &now, &limit],
+        2,
     )
 }
 
 /// Events go oldest first, store-wide: they are in time order, so only the head of the
 /// log is looked at, up to its first event that is still young. They live as long as the
 /// longest `keep` of any queue. The newest event always stays, so that seq (a rowid) never
-/// goes back for watchers. One range of rowids: a claim with nothing to remove reads a row.
-fn events(conn: &Conn, _: &Settings, now: i64, limit: i64) -> Result<i64> {
-    conn.exec(
+/// goes back for watchers.
+fn events(conn: &Conn, _: &Settings, now: i64, limit: i64, look: Look) -> Result<i64> {
+    delete_if_any(
+        conn,
+        look,
+        "SELECT EXISTS (SELECT 1 FROM tinyq_events WHERE seq = (SELECT min(seq) FROM tinyq_events)
+                          AND seq < (SELECT max(seq) FROM tinyq_events)
+                          AND at < ?1 - (SELECT max(coalesce(keep, ?2)) FROM tinyq_queues))",
         "DELETE FROM tinyq_events WHERE seq < min(
-             (SELECT min(seq) FROM tinyq_events) + ?2,
+             (SELECT min(seq) FROM tinyq_events) + ?3,
              coalesce((SELECT seq FROM tinyq_events
-                       WHERE at >= ?1 - (SELECT max(coalesce(keep, ?3)) FROM tinyq_queues) ORDER BY seq LIMIT 1),
+                       WHERE at >= ?1 - (SELECT max(coalesce(keep, ?2)) FROM tinyq_queues) ORDER BY seq LIMIT 1),
                       (SELECT max(seq) FROM tinyq_events)))",
-        &[&now, &limit, &crate::queues::DEFAULT_KEEP],
+        &[&now, &crate::queues::DEFAULT_KEEP, &limit],
+        2,
     )
 }
 
 /// A tombstone outlives any worker of the cancelled attempt: it is kept for `keep`.
-fn tombstones(conn: &Conn, q: &Settings, now: i64, limit: i64) -> Result<i64> {
-    conn.exec(
-        "DELETE FROM tinyq_tombstones WHERE id IN (SELECT id FROM tinyq_tombstones WHERE at < ?1 LIMIT ?2)",
+fn tombstones(conn: &Conn, q: &Settings, now: i64, limit: i64, look: Look) -> Result<i64> {
+    delete_if_any(
+        conn,
+        look,
+        "SELECT EXISTS (SELECT 1 FROM tinyq_tombstones WHERE at < ?1)",
+        "DELETE FROM tinyq_tombstones WHERE id IN (SELECT id FROM tinyq_tombstones WHERE at < ?1 LIMIT ?2 + 0)",
         &[&(now - q.keep()), &limit],
+        1,
     )
 }
 
-fn starts(conn: &Conn, q: &Settings, now: i64, limit: i64) -> Result<i64> {
-    conn.exec(
+fn starts(conn: &Conn, q: &Settings, now: i64, limit: i64, look: Look) -> Result<i64> {
+    delete_if_any(
+        conn,
+        look,
+        "SELECT EXISTS (SELECT 1 FROM tinyq_starts WHERE queue = ?1 AND at <= ?2)",
         "DELETE FROM tinyq_starts WHERE rowid IN (
-             SELECT rowid FROM tinyq_starts WHERE queue = ?1 AND at <= ?2 LIMIT ?3)",
+             SELECT rowid FROM tinyq_starts WHERE queue = ?1 AND at <= ?2 LIMIT ?3 + 0)",
         &[&q.name, &(now - q.longest_window()), &limit],
+        2,
     )
 }
 
@@ -58,7 +104,7 @@ pub fn queue(conn: &Conn, q: &Settings, now: i64, limit: i64) -> Result<i64> {
         if left <= 0 {
             break;
         }
-        left -= kind(conn, q, now, left)?;
+        left -= kind(conn, q, now, left, Look::No)?;
     }
     Ok(limit - left)
 }
@@ -68,7 +114,7 @@ pub fn queue(conn: &Conn, q: &Settings, now: i64, limit: i64) -> Result<i64> {
 pub fn in_turn(conn: &Conn, q: &Settings, now: i64, limit: i64) -> Result<i64> {
     let turn = conn.sweep_turn.get();
     conn.sweep_turn.set(turn.wrapping_add(1));
-    KINDS[turn as usize % KINDS.len()](conn, q, now, limit * KINDS.len() as i64)
+    KINDS[turn as usize % KINDS.len()](conn, q, now, limit * KINDS.len() as i64, Look::First)
 }
 
 /// tq_sweep([limit]) -> rows removed, across every queue.
