@@ -126,9 +126,9 @@ struct Pending {
 impl Pending {
     fn probe(conn: &Conn, q: &Settings, now: i64) -> Result<Pending> {
         let mut st = conn.query(
-            "SELECT EXISTS (SELECT 1 FROM tinyq_jobs WHERE status = 'running' AND queue = ?1 AND lease_until > ?2
+            "SELECT EXISTS (SELECT 1 FROM tinyq_jobs WHERE status = 'running' AND expires_at IS NULL AND queue = ?1 AND lease_until > ?2
                                                        AND holder IS NOT NULL AND holder IS NOT ?3),
-                    EXISTS (SELECT 1 FROM tinyq_jobs WHERE status = 'running' AND queue = ?1 AND lease_until <= ?2),
+                    EXISTS (SELECT 1 FROM tinyq_jobs WHERE status = 'running' AND expires_at IS NULL AND queue = ?1 AND lease_until <= ?2),
                     EXISTS (SELECT 1 FROM tinyq_jobs WHERE status = 'scheduled' AND queue = ?1 AND run_at <= ?2)",
             &[&q.name, &now, &conn.holder.get()],
         )?;
@@ -141,7 +141,7 @@ impl Pending {
 fn end_expired(conn: &Conn, q: &Settings, now: i64) -> Result<()> {
     let mut st = conn.query(
         "SELECT seq, attempt, tries, budget, lease_until >= deadline FROM tinyq_jobs
-         WHERE status = 'running' AND queue = ?1 AND lease_until <= ?2",
+         WHERE status = 'running' AND expires_at IS NULL AND queue = ?1 AND lease_until <= ?2",
         &[&q.name, &now],
     )?;
     let mut ended = vec![];
@@ -177,7 +177,7 @@ fn room(conn: &Conn, q: &Settings, now: i64, n: i64) -> Result<Room> {
     let mut total = n;
     if let Some(c) = q.concurrency {
         let live = conn.one_int(
-            "SELECT count(*) FROM tinyq_jobs WHERE status = 'running' AND queue = ?1 AND lease_until > ?2",
+            "SELECT count(*) FROM tinyq_jobs WHERE status = 'running' AND expires_at IS NULL AND queue = ?1 AND lease_until > ?2",
             &[&q.name, &now],
         )?;
         total = total.min(c - live.unwrap_or(0));
@@ -195,7 +195,7 @@ fn room(conn: &Conn, q: &Settings, now: i64, n: i64) -> Result<Room> {
         if q.group_concurrency.is_some() {
             let mut st = conn.query(
                 "SELECT grp, count(*) FROM tinyq_jobs
-                 WHERE status = 'running' AND queue = ?1 AND lease_until > ?2 AND grp IS NOT NULL GROUP BY grp",
+                 WHERE status = 'running' AND expires_at IS NULL AND queue = ?1 AND lease_until > ?2 AND grp IS NOT NULL GROUP BY grp",
                 &[&q.name, &now],
             )?;
             while st.step()? {

@@ -107,7 +107,7 @@ pub fn recover(conn: &Conn, q: &Settings, now: i64) -> Result<()> {
     let mut st = conn.query(
         "SELECT h.id, h.machine, h.pid, h.started FROM tinyq_holders h
          WHERE h.id IN (SELECT holder FROM tinyq_jobs
-                        WHERE status = 'running' AND queue = ?1 AND lease_until > ?2 AND holder IS NOT ?3)",
+                        WHERE status = 'running' AND expires_at IS NULL AND queue = ?1 AND lease_until > ?2 AND holder IS NOT ?3)",
         &[&q.name, &now, &conn.holder.get()],
     )?;
     while st.step()? {
@@ -131,7 +131,10 @@ pub fn recover(conn: &Conn, q: &Settings, now: i64) -> Result<()> {
         }
         // Its leases in other queues run out now; their next claims take them back.
         conn.exec(
-            "UPDATE tinyq_jobs SET lease_until = ?2 WHERE holder = ?1 AND status = 'running' AND lease_until > ?2",
+            // Queue by queue: the leases index starts with the queue.
+            "UPDATE tinyq_jobs SET lease_until = ?2
+             WHERE queue IN (SELECT name FROM tinyq_queues) AND status = 'running' AND expires_at IS NULL
+               AND lease_until > ?2 AND holder = ?1",
             &[&holder, &now],
         )?;
         conn.exec("DELETE FROM tinyq_holders WHERE id = ?1", &[&holder])?;
@@ -145,7 +148,8 @@ pub fn forget_dead(conn: &Conn) -> Result<i64> {
     let mut dead = vec![];
     let mut st = conn.query(
         "SELECT id, machine, pid, started FROM tinyq_holders h
-         WHERE NOT EXISTS (SELECT 1 FROM tinyq_jobs WHERE holder = h.id AND status = 'running')",
+         WHERE NOT EXISTS (SELECT 1 FROM tinyq_jobs WHERE queue IN (SELECT name FROM tinyq_queues)
+                             AND status = 'running' AND expires_at IS NULL AND holder = h.id)",
         &[],
     )?;
     while st.step()? {

@@ -6,11 +6,14 @@ use std::ffi::{c_char, CString};
 use crate::conn::Conn;
 use crate::ffi::{c_text, Error, Result};
 
-/// Each migration brings the store to its version; they run in order, once.
-const MIGRATIONS: &[(i64, &str)] = &[(1, include_str!("../sql/001_store.sql"))];
+/// What a new store is created with, at this version.
+const STORE: (i64, &str) = (2, include_str!("../sql/store.sql"));
+
+/// Each migration brings a store made by an older tinyq from one version to the next.
+const MIGRATIONS: &[(i64, &str)] = &[(2, include_str!("../sql/migrate_1_to_2.sql"))];
 
 pub fn version() -> i64 {
-    MIGRATIONS.last().map_or(0, |m| m.0)
+    STORE.0
 }
 
 /// The schema version of the store in this database (0: there is none).
@@ -54,12 +57,21 @@ pub fn ensure(conn: &Conn) -> Result<()> {
     conn.transaction(|| {
         let v = stored_version(conn)?; // again, now under the write lock
         check_not_newer(v)?;
-        for (to, script) in MIGRATIONS.iter().filter(|m| m.0 > v) {
+        let scripts: Vec<_> = match v {
+            0 => vec![STORE],
+            _ => MIGRATIONS.iter().copied().filter(|m| m.0 > v).collect(),
+        };
+        if v > 0 && !scripts.is_empty() && conn.write_in_progress() {
+            // Rebuilding a table needs DROP TABLE, which SQLite refuses while another
+            // statement (the trigger's) is running.
+            bail!("this store has schema version {v} and needs an upgrade to {}, which cannot run inside another statement (a trigger): call tinyq once outside one, for example SELECT tq_sweep()", version());
+        }
+        for (to, script) in scripts {
             exec_script(conn, script)?;
             conn.exec(
                 "INSERT INTO tinyq_meta (key, value) VALUES ('schema_version', ?1)
                  ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-                &[to],
+                &[&to],
             )?;
         }
         Ok(())

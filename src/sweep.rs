@@ -40,13 +40,14 @@ fn settled_jobs(conn: &Conn, q: &Settings, now: i64, limit: i64, look: Look) -> 
     delete_if_any(
         conn,
         look,
-        // `status IN (...)` names the partial index; the equality makes it a plain seek.
-        "SELECT EXISTS (SELECT 1 FROM tinyq_jobs WHERE status = 'done' AND status IN ('done', 'failed')
-                          AND queue = ?1 AND expires_at <= ?2)
-             OR EXISTS (SELECT 1 FROM tinyq_jobs WHERE status = 'failed' AND status IN ('done', 'failed')
-                          AND queue = ?1 AND expires_at <= ?2)",
+        // One status per SELECT: each is a seek in tinyq_jobs_held (see sql/store.sql).
+        "SELECT EXISTS (SELECT 1 FROM tinyq_jobs WHERE status = 'done' AND queue = ?1 AND expires_at <= ?2)
+             OR EXISTS (SELECT 1 FROM tinyq_jobs WHERE status = 'failed' AND queue = ?1 AND expires_at <= ?2)",
         "DELETE FROM tinyq_jobs WHERE seq IN (
-             SELECT seq FROM tinyq_jobs WHERE status IN ('done', 'failed') AND queue = ?1 AND expires_at <= ?2 LIMIT ?3 + 0)",
+             SELECT seq FROM tinyq_jobs WHERE status = 'done' AND queue = ?1 AND expires_at <= ?2
+             UNION ALL
+             SELECT seq FROM tinyq_jobs WHERE status = 'failed' AND queue = ?1 AND expires_at <= ?2
+             LIMIT ?3 + 0)",
         &[&q.name, &now, &limit],
         2,
     )

@@ -119,8 +119,8 @@ impl TableFn for Jobs {
             ),
             (Val::Text(_), Some("scheduled")) => concat!(job_columns!(), "WHERE status = 'scheduled' AND queue = ?1 AND run_at > ?3 AND ?2 IS NOT NULL"),
             (Val::Text(_), Some("running")) => concat!(job_columns!(), "WHERE status = 'running' AND queue = ?1 AND ?2 IS NOT NULL AND ?3 IS NOT NULL"),
-            (Val::Text(_), Some("done")) => concat!(job_columns!(), "WHERE status = 'done' AND status IN ('done', 'failed') AND queue = ?1 AND ?2 IS NOT NULL AND ?3 IS NOT NULL"),
-            (Val::Text(_), Some("failed")) => concat!(job_columns!(), "WHERE status = 'failed' AND status IN ('done', 'failed') AND queue = ?1 AND ?2 IS NOT NULL AND ?3 IS NOT NULL"),
+            (Val::Text(_), Some("done")) => concat!(job_columns!(), "WHERE status = 'done' AND queue = ?1 AND ?2 IS NOT NULL AND ?3 IS NOT NULL"),
+            (Val::Text(_), Some("failed")) => concat!(job_columns!(), "WHERE status = 'failed' AND queue = ?1 AND ?2 IS NOT NULL AND ?3 IS NOT NULL"),
             _ => concat!(
                 "SELECT * FROM (", job_columns!(), "ORDER BY seq) WHERE (?1 IS NULL OR queue = ?1) AND (?2 IS NULL OR state = ?2)"
             ),
@@ -151,7 +151,7 @@ impl TableFn for Stats {
                 (SELECT count(*) FROM tinyq_jobs WHERE status = 'queued' AND queue = q.name)
                   + (SELECT count(*) FROM tinyq_jobs WHERE status = 'scheduled' AND queue = q.name AND run_at <= ?1),
                 (SELECT count(*) FROM tinyq_jobs WHERE status = 'running' AND queue = q.name),
-                (SELECT count(*) FROM tinyq_jobs WHERE status = 'running' AND queue = q.name AND lease_until > ?1),
+                (SELECT count(*) FROM tinyq_jobs WHERE status = 'running' AND expires_at IS NULL AND queue = q.name AND lease_until > ?1),
                 (SELECT count(*) FROM tinyq_jobs WHERE status = 'done' AND queue = q.name),
                 (SELECT count(*) FROM tinyq_jobs WHERE status = 'failed' AND queue = q.name),
                 ?1 - (SELECT min(run_at) FROM (

@@ -29,7 +29,7 @@ fn claimable(conn: &Conn, queue: &str, now: i64) -> Result<bool> {
     // Due but not yet moved in line, or a lease that ran out: the next claim takes them.
     let pending = conn.one_int(
         "SELECT 1 WHERE EXISTS (SELECT 1 FROM tinyq_jobs WHERE status = 'scheduled' AND queue = ?1 AND run_at <= ?2)
-                     OR EXISTS (SELECT 1 FROM tinyq_jobs WHERE status = 'running' AND queue = ?1 AND lease_until <= ?2)",
+                     OR EXISTS (SELECT 1 FROM tinyq_jobs WHERE status = 'running' AND expires_at IS NULL AND queue = ?1 AND lease_until <= ?2)",
         &[&queue, &now],
     )?;
     // With limits, such a job may still not fit; the claim that moves it in line tells.
@@ -51,7 +51,7 @@ fn next_due(conn: &Conn, queue: &str, now: i64) -> Result<Option<i64>> {
         "SELECT min(t) FROM (
              SELECT min(run_at) AS t FROM tinyq_jobs WHERE status = 'scheduled' AND queue = ?1 AND run_at > ?2
              UNION ALL
-             SELECT min(lease_until) FROM tinyq_jobs WHERE status = 'running' AND queue = ?1 AND lease_until > ?2)",
+             SELECT min(lease_until) FROM tinyq_jobs WHERE status = 'running' AND expires_at IS NULL AND queue = ?1 AND lease_until > ?2)",
         &[&queue, &now],
     )?;
     Ok([clock, rate_frees].into_iter().flatten().min())

@@ -1,4 +1,6 @@
 -- tinyq store, version 1. Every object is named tinyq_*; nothing else is touched.
+-- Kept as it shipped: sql/migrate_1_to_2.sql starts from it, and the tests build version-1
+-- stores with it. New stores are created from sql/store.sql.
 -- Value columns are declared BLOB: no affinity, so text such as '0012' is kept as given.
 
 CREATE TABLE tinyq_meta (

@@ -1,0 +1,133 @@
+"""A store written by an older tinyq is migrated forward on first write, keeping its jobs.
+
+The old store is built from the old schema script itself (sql/v1_store.sql) with rows
+as tinyq 1 wrote them, without the extension; then the current build opens it.
+"""
+import json
+import os
+import sqlite3
+
+from conftest import ROOT, claim, connect, get, one
+
+NOW = 1_900_000_000_000
+DAY = 86_400_000
+
+
+def v1_store(path):
+    db = sqlite3.connect(path, isolation_level=None)
+    with open(os.path.join(ROOT, "sql", "v1_store.sql")) as f:
+        db.executescript(f.read())
+    db.execute("INSERT INTO tinyq_meta VALUES ('schema_version', 1)")
+    db.execute("CREATE TABLE app_orders (id INTEGER PRIMARY KEY, total INTEGER)")
+    db.execute("INSERT INTO app_orders (total) VALUES (42)")
+    db.execute("PRAGMA user_version = 7")
+    rows = [
+        # id, status, attempt, tries, lease_until, expires_at, payload
+        ("waiting-1", "queued", 0, 0, None, None, '{"n": 1}'),
+        ("running-1", "running", 1, 1, NOW + DAY, None, '{"n": 2}'),
+        ("done-1", "done", 1, 1, None, NOW + DAY, '{"n": 3}'),
+        ("failed-old", "failed", 3, 3, None, NOW - 1, '{"n": 4}'),
+    ]
+    for job_id, status, attempt, tries, lease_until, expires_at, payload in rows:
+        db.execute(
+            "INSERT INTO tinyq_jobs (id, queue, status, run_at, attempt, tries, lease_until, deadline,"
+            " payload, created_at, changed_at, expires_at, settled_at, worker)"
+            " VALUES (?, 'q', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (job_id, status, NOW - DAY, attempt, tries, lease_until,
+             NOW + DAY if lease_until else None, payload, NOW - DAY, NOW - DAY, expires_at,
+             NOW - DAY if expires_at else None, "w-old" if attempt else None))
+    seq = one(db, "SELECT seq FROM tinyq_jobs WHERE id = 'running-1'")
+    db.execute("INSERT INTO tinyq_steps VALUES (?, 'answer', 'kept', 1, ?)", (seq, NOW - DAY))
+    events = one(db, "SELECT count(*) FROM tinyq_events")
+    db.close()
+    return events
+
+
+def test_v1_store_migrates_to_current_on_first_write_keeping_jobs(tmp_path):
+    path = str(tmp_path / "old.db")
+    events_before = v1_store(path)
+    db = connect(path)
+    one(db, "SELECT tq_clock(?)", NOW)
+    assert one(db, "SELECT tq_add('other', '{}')") is not None  # the first write migrates
+    assert one(db, "SELECT value FROM tinyq_meta WHERE key = 'schema_version'") == 2
+    assert "schema 2" in one(db, "SELECT tq_debug()")
+    indexes = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'tinyq_jobs'")}
+    assert "tinyq_jobs_held" in indexes and "tinyq_jobs_running" not in indexes and "tinyq_jobs_settled" not in indexes
+    triggers = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'")}
+    assert {"tinyq_jobs_added", "tinyq_jobs_changed", "tinyq_jobs_progressed", "tinyq_jobs_removed",
+            "tinyq_jobs_cancel_tombstone"} <= triggers
+    assert one(db, "PRAGMA integrity_check") == "ok"
+    # The user's table and user_version are untouched.
+    assert one(db, "SELECT total FROM app_orders") == 42
+    assert one(db, "PRAGMA user_version") == 7
+
+    # Every job is where it was, and works as before.
+    assert {i: get(db, i)["state"] for i in ("waiting-1", "running-1", "done-1", "failed-old")} == {
+        "waiting-1": "waiting", "running-1": "running", "done-1": "done", "failed-old": "failed"}
+    assert one(db, "SELECT tq_step_get('running-1', 'answer')") == "kept"
+    assert one(db, "SELECT tq_settle('running-1', 1, 'done', '{\"ok\": 1}')") == 1
+    assert get(db, "running-1")["result"] == {"ok": 1}
+    # failed-old is past its window and is swept; done-1 still holds its id (dedupe).
+    assert one(db, "SELECT tq_sweep()") >= 1
+    assert get(db, "failed-old") is None
+    assert one(db, "SELECT tq_add('q', '{}', '{\"id\": \"done-1\"}')") == "done-1"
+    assert one(db, "SELECT count(*) FROM tinyq_jobs WHERE id = 'done-1'") == 1
+    (row,) = claim(db, "q", "w-new", 5)
+    assert (row["id"], row["attempt"], json.loads(row["payload"])) == ("waiting-1", 1, {"n": 1})
+    # The event log kept its rows and went on.
+    assert one(db, "SELECT count(*) FROM tinyq_events") > events_before
+    db.close()
+
+
+def test_reader_of_v1_store_changes_nothing(tmp_path):
+    path = str(tmp_path / "old.db")
+    v1_store(path)
+    db = connect(path)
+    one(db, "SELECT tq_get('waiting-1')")
+    list(db.execute("SELECT * FROM tq_jobs"))
+    assert one(db, "SELECT value FROM tinyq_meta WHERE key = 'schema_version'") == 1
+    assert "tinyq_jobs_running" in {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
+    db.close()
+
+
+def shape(db):
+    """Every tinyq object's definition, as SQLite keeps it (whitespace and quoting aside)."""
+    rows = db.execute("SELECT type, name, tbl_name, sql FROM sqlite_master WHERE name LIKE 'tinyq%' ORDER BY name")
+    return {(t, n, tbl): " ".join((sql or "").replace('"tinyq_jobs"', "tinyq_jobs").split()) for t, n, tbl, sql in rows}
+
+
+def test_migrated_store_has_the_schema_of_a_new_store(tmp_path):
+    old = str(tmp_path / "old.db")
+    v1_store(old)
+    migrated = connect(old)
+    one(migrated, "SELECT tq_add('q', '{}')")
+    new = connect(str(tmp_path / "new.db"))
+    one(new, "SELECT tq_add('q', '{}')")
+    assert shape(migrated) == shape(new)
+    assert len(shape(new)) > 10
+    migrated.close()
+    new.close()
+
+
+def test_upgrade_inside_a_trigger_fails_clearly_then_runs_outside(tmp_path):
+    path = str(tmp_path / "old.db")
+    v1_store(path)
+    db = connect(path)
+    db.executescript("""
+        PRAGMA trusted_schema = ON;
+        CREATE TABLE orders(id INTEGER PRIMARY KEY);
+        CREATE TRIGGER orders_ship AFTER INSERT ON orders BEGIN
+            SELECT tq_add('ship', json_object('order', NEW.id));
+        END;
+    """)
+    try:
+        db.execute("INSERT INTO orders VALUES (1)")
+        raise AssertionError("the insert should fail")
+    except sqlite3.OperationalError as e:
+        assert str(e).startswith("tq_add: this store has schema version 1 and needs an upgrade to 2"), e
+    assert one(db, "SELECT count(*) FROM orders") == 0
+    assert one(db, "SELECT value FROM tinyq_meta WHERE key = 'schema_version'") == 1
+    one(db, "SELECT tq_sweep()")  # outside a trigger: upgrades
+    db.execute("INSERT INTO orders VALUES (2)")
+    assert one(db, "SELECT count(*) FROM tinyq_jobs WHERE queue = 'ship'") == 1
+    db.close()
