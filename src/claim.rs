@@ -8,7 +8,7 @@ use crate::ffi::{Result, Val};
 use crate::options::{self, Options};
 use crate::queues::{self, Settings};
 use crate::settle::{self, Held, Outcome};
-use crate::{holders, sweep};
+use crate::{holders, sweep, wal};
 
 /// Most jobs one claim may take.
 pub const MAX_BATCH: i64 = 1000;
@@ -54,7 +54,7 @@ pub fn parse(args: &[Val]) -> Result<Request> {
 pub fn run(conn: &Conn, req: &Request) -> Result<Vec<Claimed>> {
     let Request { queue, worker, n, lease } = req;
     let (n, lease) = (*n, *lease);
-    checkpoint_now_and_then(conn);
+    wal::before_claim(conn);
     conn.write_tx(|| {
         let now = conn.now();
         let q = queues::load(conn, queue)?;
@@ -75,41 +75,6 @@ pub fn run(conn: &Conn, req: &Request) -> Result<Vec<Claimed>> {
         let picked = plan(conn, &q, now, n)?;
         take(conn, &q, picked, worker, lease.unwrap_or(q.lease()), now)
     })
-}
-
-/// A claim commits inside the statement `SELECT * FROM tq_claim(...)`, and SQLite keeps a
-/// read transaction open on `main` until that statement ends: the automatic checkpoint that
-/// follows the commit fails (SQLITE_LOCKED) and the WAL would grow while claims are the
-/// only writers. So now and then a claim checkpoints first (PASSIVE: it waits for no one),
-/// at a moment when it holds no transaction: about as often as the automatic checkpoint
-/// would (a claim writes ~4 pages; `wal_autocheckpoint` is in pages), never if it is off.
-fn checkpoint_now_and_then(conn: &Conn) {
-    if !conn.autocommit() || conn.write_in_progress() {
-        return;
-    }
-    // The setting is read once per cycle, not on every claim (this is the claim's hot path).
-    let left = match conn.claims_until_checkpoint.get() {
-        Some(left) => left,
-        None => match conn.one_int("PRAGMA wal_autocheckpoint", &[]) {
-            Ok(Some(pages)) if pages > 0 => (pages / 4).max(16) as u32,
-            _ => u32::MAX, // off: this connection never checkpoints for claims
-        },
-    };
-    if left > 1 {
-        conn.claims_until_checkpoint.set(Some(left - 1));
-        return;
-    }
-    conn.claims_until_checkpoint.set(None);
-    const SQLITE_CHECKPOINT_PASSIVE: std::ffi::c_int = 0;
-    unsafe {
-        crate::sql!(wal_checkpoint_v2(
-            conn.db,
-            b"main\0".as_ptr() as *const std::ffi::c_char,
-            SQLITE_CHECKPOINT_PASSIVE,
-            std::ptr::null_mut(),
-            std::ptr::null_mut()
-        ));
-    }
 }
 
 /// What a claim may have to end or move before it plans, found with one query so that a

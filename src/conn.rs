@@ -31,9 +31,9 @@ pub struct Conn {
     pub depth: Cell<u32>,
     /// Is the database a local file (see holders::local_file)? Known after the first claim.
     pub local_file: Cell<Option<bool>>,
-    /// Claims left before this connection checkpoints (see claim::checkpoint_now_and_then);
-    /// None: read the setting again.
-    pub claims_until_checkpoint: Cell<Option<u32>>,
+    /// Claims left before this connection looks at `PRAGMA wal_autocheckpoint` again
+    /// (see wal.rs); 0: at the next claim.
+    pub claims_until_wal_look: Cell<u32>,
     /// Which kind of expired row this connection's next claim sweeps.
     pub sweep_turn: Cell<u32>,
 }
@@ -49,7 +49,7 @@ impl Conn {
             cache_hooked: Cell::new(false),
             depth: Cell::new(0),
             sweep_turn: Cell::new(0),
-            claims_until_checkpoint: Cell::new(None),
+            claims_until_wal_look: Cell::new(0),
             local_file: Cell::new(None),
         }
     }

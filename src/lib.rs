@@ -20,6 +20,7 @@ pub mod tables;
 pub mod time;
 pub mod vtab;
 pub mod watch;
+pub mod wal;
 
 use std::ffi::{c_char, c_int};
 use std::rc::Rc;
