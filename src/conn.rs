@@ -176,6 +176,12 @@ impl Conn {
 
     /// Is a statement that writes running on this connection (a trigger, INSERT ... SELECT)?
     pub fn write_in_progress(&self) -> bool {
+        const SQLITE_TXN_WRITE: c_int = 2;
+        if self.autocommit() {
+            // Outside BEGIN, a write transaction exists only while a writing statement runs:
+            // one call instead of a walk over every prepared statement (the cache included).
+            return unsafe { sql!(txn_state(self.db, std::ptr::null())) } == SQLITE_TXN_WRITE;
+        }
         unsafe {
             let mut p = sql!(next_stmt(self.db, std::ptr::null_mut()));
             while !p.is_null() {
