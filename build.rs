@@ -16,5 +16,12 @@ fn main() {
         .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
         .unwrap_or_else(|| "unknown".into());
     println!("cargo:rustc-env=TINYQ_COMMIT={commit}");
+    // Again when HEAD moves: to another branch (.git/HEAD) or to a new commit on this one
+    // (the branch's ref file, which .git/HEAD names).
     println!("cargo:rerun-if-changed=.git/HEAD");
+    if let Ok(head) = std::fs::read_to_string(".git/HEAD") {
+        if let Some(branch) = head.trim().strip_prefix("ref: ") {
+            println!("cargo:rerun-if-changed=.git/{branch}");
+        }
+    }
 }
