@@ -57,9 +57,15 @@ pub fn before_claim(conn: &Conn) {
 /// SQLite calls this after every commit on a connection where tinyq took over.
 unsafe extern "C" fn on_commit(threshold: *mut c_void, db: *mut sqlite3, schema: *const c_char, frames: c_int) -> c_int {
     let _ = guard(|| {
-        if frames as usize >= threshold as usize && sql!(wal_checkpoint(db, schema)) != SQLITE_OK {
-            // Inside a claim's statement. Only `main` holds tinyq's store.
-            if !schema.is_null() && CStr::from_ptr(schema).to_bytes() == b"main" {
+        // Only `main` holds tinyq's store; other schemas are checkpointed as SQLite would.
+        let main = !schema.is_null() && CStr::from_ptr(schema).to_bytes() == b"main";
+        if frames as usize >= threshold as usize {
+            if sql!(wal_checkpoint(db, schema)) == SQLITE_OK {
+                if main {
+                    take_owed(db); // done: the next claim need not
+                }
+            } else if main {
+                // Inside a claim's statement: the next claim runs it.
                 let mut owed = OWED.lock().unwrap_or_else(|e| e.into_inner());
                 if !owed.contains(&(db as usize)) {
                     owed.push(db as usize);
