@@ -229,7 +229,7 @@ macro_rules! lease_where {
         concat!(
             "UPDATE tinyq_jobs SET status = 'running', attempt = attempt + 1, tries = tries + 1,
                  lease_until = ?2, deadline = ?3, started_at = ?4, worker = ?5, holder = ?6,
-                 changed_at = ?4, note = ?5
+                 changed_at = ?4, note = ?5, expires_at = NULL
              WHERE ",
             $which
         )

@@ -64,7 +64,7 @@ fn again(conn: &Conn, seq: i64, tries: i64, run_at: i64, error: Option<&str>, no
     conn.exec(
         "UPDATE tinyq_jobs SET status = CASE WHEN ?3 > ?6 THEN 'scheduled' ELSE 'queued' END,
              tries = ?2, run_at = ?3, error = coalesce(?4, error), note = ?5, changed_at = ?6,
-             lease_until = NULL, deadline = NULL, holder = NULL
+             lease_until = NULL, deadline = NULL, holder = NULL, expires_at = NULL
          WHERE seq = ?1",
         &[&seq, &tries, &run_at, &error, &note, &now],
     )

@@ -643,6 +643,27 @@ def test_JOB_05_late_settle_counts_even_after_a_claim_reaped_but_did_not_take_it
     assert job["error"] == "late failure"
 
 
+def test_JOB_05_late_snooze_of_a_job_failed_by_its_leases_runs_again_with_working_leases(db):
+    # The last attempt's lease runs out: the job fails for good, but that attempt's late
+    # settlement still counts. A snooze puts it back; its next lease must run out as any.
+    pin(db, T0)
+    jid = add(db, "late", id="slow", attempts=1)
+    claim_one(db, "late", "w1", {"lease": "1s"})
+    pin(db, T0 + 10 * SEC)
+    assert claim(db, "late") == []                          # reaps it: failed, no attempts left
+    assert get(db, jid)["state"] == "failed"
+    assert settle(db, jid, 1, "snooze", "1s") == 1           # the late worker snoozes it
+    pin(db, T0 + 12 * SEC)
+    again = claim_one(db, "late", "w2", {"lease": "1s"})
+    assert (again["id"], again["attempt"]) == (jid, 2)
+    stats = one(db, "SELECT json_object('running', running, 'leases', leases) FROM tq_stats('late')")
+    assert json.loads(stats) == {"running": 1, "leases": 1}
+    pin(db, T0 + 20 * SEC)                                   # its lease ran out: reaped again
+    assert claim(db, "late") == []
+    assert get(db, jid)["state"] == "failed"
+    assert "leases ran out" in get(db, jid)["error"]
+
+
 def test_JOB_05_cancelled_job_fences_its_attempt(db):
     pin(db, T0)
     jid = add(db, "c")
