@@ -79,17 +79,17 @@ pub fn run(conn: &Conn, req: &Request) -> Result<Vec<Claimed>> {
 
 /// What a claim may have to end or move before it plans, found with one query so that a
 /// claim with nothing to do runs one statement instead of three.
-struct Pending {
+pub struct Pending {
     /// Other processes hold live leases here (they may be dead: DUR-02).
-    other_holders: bool,
+    pub other_holders: bool,
     /// Leases that ran out.
-    expired: bool,
+    pub expired: bool,
     /// Scheduled jobs whose time has come.
-    due: bool,
+    pub due: bool,
 }
 
 impl Pending {
-    fn probe(conn: &Conn, q: &Settings, now: i64) -> Result<Pending> {
+    pub fn probe(conn: &Conn, q: &Settings, now: i64) -> Result<Pending> {
         let mut st = conn.query(
             "SELECT EXISTS (SELECT 1 FROM tinyq_jobs WHERE status = 'running' AND expires_at IS NULL AND queue = ?1 AND lease_until > ?2
                                                        AND holder IS NOT NULL AND holder IS NOT ?3),

@@ -83,7 +83,7 @@ pub fn ensure(conn: &Conn) -> Result<()> {
 /// Caches "the store is here" only once it is committed: inside a transaction the
 /// caller may still roll its creation back.
 fn remember(conn: &Conn) {
-    if unsafe { crate::sql!(get_autocommit(conn.db)) } != 0 {
+    if conn.autocommit() {
         conn.store_ready.set(true);
     }
 }

@@ -50,7 +50,8 @@ pub fn before_claim(conn: &Conn) {
         }
     }
     if take_owed(conn.db) {
-        checkpoint(conn.db);
+        // The call SQLite's own hook makes: PASSIVE, it waits for no one.
+        unsafe { sql!(wal_checkpoint(conn.db, b"main\0".as_ptr() as *const c_char)) };
     }
 }
 
@@ -65,11 +66,7 @@ unsafe extern "C" fn on_commit(threshold: *mut c_void, db: *mut sqlite3, schema:
                     take_owed(db); // done: the next claim need not
                 }
             } else if main {
-                // Inside a claim's statement: the next claim runs it.
-                let mut owed = OWED.lock().unwrap_or_else(|e| e.into_inner());
-                if !owed.contains(&(db as usize)) {
-                    owed.push(db as usize);
-                }
+                owe(db); // inside a claim's statement: the next claim runs it
             }
         }
         Ok(())
@@ -77,23 +74,21 @@ unsafe extern "C" fn on_commit(threshold: *mut c_void, db: *mut sqlite3, schema:
     SQLITE_OK
 }
 
+fn owed() -> std::sync::MutexGuard<'static, Vec<usize>> {
+    OWED.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn owe(db: *mut sqlite3) {
+    let mut owed = owed();
+    if !owed.contains(&(db as usize)) {
+        owed.push(db as usize);
+    }
+}
+
+/// Forgets what `db` owed; true if it owed a checkpoint.
 fn take_owed(db: *mut sqlite3) -> bool {
-    let mut owed = OWED.lock().unwrap_or_else(|e| e.into_inner());
+    let mut owed = owed();
     let before = owed.len();
     owed.retain(|&d| d != db as usize);
     owed.len() != before
-}
-
-/// A PASSIVE checkpoint of `main`: it waits for no one and takes what readers allow.
-fn checkpoint(db: *mut sqlite3) {
-    const SQLITE_CHECKPOINT_PASSIVE: c_int = 0;
-    unsafe {
-        sql!(wal_checkpoint_v2(
-            db,
-            b"main\0".as_ptr() as *const c_char,
-            SQLITE_CHECKPOINT_PASSIVE,
-            std::ptr::null_mut(),
-            std::ptr::null_mut()
-        ));
-    }
 }

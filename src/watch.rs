@@ -26,14 +26,10 @@ fn claimable(conn: &Conn, queue: &str, now: i64) -> Result<bool> {
     if !claim::plan(conn, &q, now, 1)?.is_empty() {
         return Ok(true);
     }
-    // Due but not yet moved in line, or a lease that ran out: the next claim takes them.
-    let pending = conn.one_int(
-        "SELECT 1 WHERE EXISTS (SELECT 1 FROM tinyq_jobs WHERE status = 'scheduled' AND queue = ?1 AND run_at <= ?2)
-                     OR EXISTS (SELECT 1 FROM tinyq_jobs WHERE status = 'running' AND expires_at IS NULL AND queue = ?1 AND lease_until <= ?2)",
-        &[&queue, &now],
-    )?;
-    // With limits, such a job may still not fit; the claim that moves it in line tells.
-    Ok(pending.is_some())
+    // Due but not yet moved in line, or a lease that ran out: the next claim takes them
+    // (the claim's own probe). With limits, such a job may still not fit; that claim tells.
+    let pending = claim::Pending::probe(conn, &q, now)?;
+    Ok(pending.due || pending.expired)
 }
 
 /// When something in the queue next becomes due by the clock alone: a scheduled job, the
