@@ -148,10 +148,8 @@ fn room(conn: &Conn, q: &Settings, now: i64, n: i64) -> Result<Room> {
         total = total.min(c - live.unwrap_or(0));
     }
     if let Some((limit, window)) = q.rate {
-        let started = conn.one_int(
-            "SELECT count(*) FROM tinyq_starts WHERE queue = ?1 AND at > ?2",
-            &[&q.name, &(now - window)],
-        )?;
+        let started = conn
+            .one_int("SELECT count(*) FROM tinyq_starts WHERE queue = ?1 AND at > ?2", &[&q.name, &(now - window)])?;
         total = total.min(limit - started.unwrap_or(0));
     }
     let mut groups = None;
@@ -218,7 +216,13 @@ pub fn plan(conn: &Conn, q: &Settings, now: i64, n: i64) -> Result<Vec<Picked>> 
             used.0 += 1;
             used.1 += 1;
         }
-        picked.push(Picked { seq: st.int(0), id: st.text(2).unwrap_or_default(), attempt: st.int(3), payload: st.val(4), group });
+        picked.push(Picked {
+            seq: st.int(0),
+            id: st.text(2).unwrap_or_default(),
+            attempt: st.int(3),
+            payload: st.val(4),
+            group,
+        });
     }
     Ok(picked)
 }
@@ -252,14 +256,24 @@ fn take(conn: &Conn, q: &Settings, picked: Vec<Picked>, worker: &str, lease: i64
         conn.exec(lease_where!("seq = ?1"), &[&[&job.seq as &dyn Bind], &lease[..]].concat())?;
     } else {
         let seqs = serde_json::to_string(&picked.iter().map(|p| p.seq).collect::<Vec<_>>()).expect("integers");
-        conn.exec(lease_where!("seq IN (SELECT value FROM json_each(?1))"), &[&[&seqs as &dyn Bind], &lease[..]].concat())?;
+        conn.exec(
+            lease_where!("seq IN (SELECT value FROM json_each(?1))"),
+            &[&[&seqs as &dyn Bind], &lease[..]].concat(),
+        )?;
     }
     let mut out = Vec::with_capacity(picked.len());
     for job in picked {
         if q.counts_starts() {
             conn.exec("INSERT INTO tinyq_starts (queue, grp, at) VALUES (?1, ?2, ?3)", &[&q.name, &job.group, &now])?;
         }
-        out.push(Claimed { id: job.id, attempt: job.attempt + 1, payload: job.payload, group: job.group, lease_until, deadline });
+        out.push(Claimed {
+            id: job.id,
+            attempt: job.attempt + 1,
+            payload: job.payload,
+            group: job.group,
+            lease_until,
+            deadline,
+        });
     }
     Ok(out)
 }

@@ -4,12 +4,12 @@
 
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
-use std::hash::BuildHasherDefault;
 use std::ffi::{c_char, c_int};
+use std::hash::BuildHasherDefault;
 
 use crate::ffi::{c_text, sqlite3, sqlite3_stmt, Error, Result, Val};
-pub use crate::stmt::{Bind, Stmt};
 use crate::stmt::{AddressHasher, SqlKey};
+pub use crate::stmt::{Bind, Stmt};
 
 const SQLITE_PREPARE_PERSISTENT: u32 = 0x01;
 
@@ -139,7 +139,13 @@ impl Conn {
         let text = "SELECT 1 FROM tq_statements";
         let mut raw = std::ptr::null_mut();
         unsafe {
-            sql!(prepare_v2(self.db, text.as_ptr() as *const c_char, text.len() as c_int, &mut raw, std::ptr::null_mut()));
+            sql!(prepare_v2(
+                self.db,
+                text.as_ptr() as *const c_char,
+                text.len() as c_int,
+                &mut raw,
+                std::ptr::null_mut()
+            ));
             sql!(finalize(raw));
         }
     }

@@ -7,8 +7,8 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicPtr, Ordering};
 
 pub use sqlite_loadable::ext::{
-    sqlite3, sqlite3_api_routines, sqlite3_context, sqlite3_index_info, sqlite3_module,
-    sqlite3_stmt, sqlite3_value, sqlite3_vtab, sqlite3_vtab_cursor,
+    sqlite3, sqlite3_api_routines, sqlite3_context, sqlite3_index_info, sqlite3_module, sqlite3_stmt, sqlite3_value,
+    sqlite3_vtab, sqlite3_vtab_cursor,
 };
 
 pub const SQLITE_OK: c_int = 0;
@@ -180,7 +180,9 @@ pub fn set_result(ctx: *mut sqlite3_context, out: Out) {
             Out::Text(s) | Out::Val(Val::Text(s)) => {
                 sql!(result_text64(ctx, s.as_ptr() as *const c_char, s.len() as u64, transient(), 1))
             }
-            Out::Val(Val::Blob(b)) => sql!(result_blob64(ctx, b.as_ptr() as *const c_void, b.len() as u64, transient())),
+            Out::Val(Val::Blob(b)) => {
+                sql!(result_blob64(ctx, b.as_ptr() as *const c_void, b.len() as u64, transient()))
+            }
         }
     }
 }

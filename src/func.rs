@@ -23,11 +23,28 @@ struct Entry {
 }
 
 /// Registers `body` as `name` with `n_args` arguments (-1: any number; the body checks).
-pub fn register(db: *mut sqlite3, conn: &Rc<Conn>, name: &'static str, n_args: c_int, flags: c_int, body: Body) -> Result<()> {
+pub fn register(
+    db: *mut sqlite3,
+    conn: &Rc<Conn>,
+    name: &'static str,
+    n_args: c_int,
+    flags: c_int,
+    body: Body,
+) -> Result<()> {
     let entry = Box::into_raw(Box::new(Entry { name, body, conn: conn.clone() }));
     let cname = CString::new(name).expect("function name");
     let rc = unsafe {
-        sql!(create_function_v2(db, cname.as_ptr(), n_args, SQLITE_UTF8 | flags, entry as *mut c_void, Some(call), None, None, Some(destroy)))
+        sql!(create_function_v2(
+            db,
+            cname.as_ptr(),
+            n_args,
+            SQLITE_UTF8 | flags,
+            entry as *mut c_void,
+            Some(call),
+            None,
+            None,
+            Some(destroy)
+        ))
     };
     if rc != 0 {
         return Err(Error { code: rc, msg: format!("registering {name}") });
@@ -39,7 +56,8 @@ unsafe extern "C" fn call(ctx: *mut sqlite3_context, argc: c_int, argv: *mut *mu
     let entry = &*(sql!(user_data(ctx)) as *const Entry);
     let r = guard(|| {
         let _depth = entry.conn.enter()?;
-        let args: Vec<Val> = std::slice::from_raw_parts(argv, argc.max(0) as usize).iter().map(|v| Val::from_raw(*v)).collect();
+        let args: Vec<Val> =
+            std::slice::from_raw_parts(argv, argc.max(0) as usize).iter().map(|v| Val::from_raw(*v)).collect();
         (entry.body)(&entry.conn, &args)
     });
     match r {

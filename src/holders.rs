@@ -61,7 +61,12 @@ fn local_file(conn: &Conn) -> bool {
     }
     let mut vfs: *mut VfsHead = std::ptr::null_mut();
     let rc = unsafe {
-        crate::sql!(file_control(conn.db, b"main\0".as_ptr() as *const _, SQLITE_FCNTL_VFS_POINTER, &mut vfs as *mut _ as *mut _))
+        crate::sql!(file_control(
+            conn.db,
+            b"main\0".as_ptr() as *const _,
+            SQLITE_FCNTL_VFS_POINTER,
+            &mut vfs as *mut _ as *mut _
+        ))
     };
     let local = rc == 0 && !vfs.is_null() && crate::ffi::c_text(unsafe { (*vfs).name }).starts_with("unix");
     conn.local_file.set(Some(local));

@@ -19,8 +19,8 @@ pub mod sweep;
 pub mod tables;
 pub mod time;
 pub mod vtab;
-pub mod watch;
 pub mod wal;
+pub mod watch;
 
 use std::ffi::{c_char, c_int};
 use std::rc::Rc;
@@ -69,7 +69,11 @@ fn register(db: *mut sqlite3) -> Result<()> {
 /// # Safety
 /// Called by SQLite with a live connection and its routines table.
 #[no_mangle]
-pub unsafe extern "C" fn sqlite3_tinyq_init(db: *mut sqlite3, err: *mut *mut c_char, api: *mut sqlite3_api_routines) -> c_int {
+pub unsafe extern "C" fn sqlite3_tinyq_init(
+    db: *mut sqlite3,
+    err: *mut *mut c_char,
+    api: *mut sqlite3_api_routines,
+) -> c_int {
     ffi::set_api(api);
     sqlite_loadable::ext::faux_sqlite_extension_init2(api);
     match ffi::guard(|| register(db)) {

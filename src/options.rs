@@ -48,7 +48,9 @@ impl Options {
     pub fn int(&self, key: &str, lo: i64, hi: i64) -> Result<Option<i64>> {
         match self.raw(key) {
             None => Ok(None),
-            Some(Value::Number(n)) if n.as_i64().is_some() || n.as_f64().is_some_and(|f| f.fract() == 0.0 && f.abs() < 9.0e15) => {
+            Some(Value::Number(n))
+                if n.as_i64().is_some() || n.as_f64().is_some_and(|f| f.fract() == 0.0 && f.abs() < 9.0e15) =>
+            {
                 let i = n.as_i64().unwrap_or_else(|| n.as_f64().expect("checked") as i64);
                 if i < lo || i > hi {
                     bail!("option \"{key}\" must be from {lo} to {hi}, not {i}");

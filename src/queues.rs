@@ -7,8 +7,18 @@ use crate::schema;
 use crate::time::format_rate;
 
 const KEYS: &[&str] = &[
-    "lease", "timeout", "attempts", "backoff", "backoff_max", "concurrency", "rate",
-    "group_concurrency", "group_rate", "dedupe", "keep", "paused",
+    "lease",
+    "timeout",
+    "attempts",
+    "backoff",
+    "backoff_max",
+    "concurrency",
+    "rate",
+    "group_concurrency",
+    "group_rate",
+    "dedupe",
+    "keep",
+    "paused",
 ];
 
 pub const DEFAULT_KEEP: i64 = 7 * 86_400_000;
@@ -140,8 +150,21 @@ fn save(conn: &Conn, s: &Settings) -> Result<()> {
              backoff_max = ?6, concurrency = ?7, rate_n = ?8, rate_ms = ?9, group_concurrency = ?10,
              group_rate_n = ?11, group_rate_ms = ?12, dedupe = ?13, keep = ?14, paused = ?15",
         &[
-            &s.name, &s.lease, &s.timeout, &s.attempts, &s.backoff, &s.backoff_max, &s.concurrency,
-            &rate_n, &rate_ms, &s.group_concurrency, &grate_n, &grate_ms, &s.dedupe, &s.keep, &s.paused,
+            &s.name,
+            &s.lease,
+            &s.timeout,
+            &s.attempts,
+            &s.backoff,
+            &s.backoff_max,
+            &s.concurrency,
+            &rate_n,
+            &rate_ms,
+            &s.group_concurrency,
+            &grate_n,
+            &grate_ms,
+            &s.dedupe,
+            &s.keep,
+            &s.paused,
         ],
     )?;
     Ok(())
@@ -192,7 +215,20 @@ pub fn tq_queue(conn: &Conn, args: &[Val]) -> Result<Out> {
         macro_rules! merge {
             ($($f:ident),*) => { $( if opts.present(stringify!($f)) { s.$f = given.$f; } )* };
         }
-        merge!(lease, timeout, attempts, backoff, backoff_max, concurrency, rate, group_concurrency, group_rate, dedupe, keep, paused);
+        merge!(
+            lease,
+            timeout,
+            attempts,
+            backoff,
+            backoff_max,
+            concurrency,
+            rate,
+            group_concurrency,
+            group_rate,
+            dedupe,
+            keep,
+            paused
+        );
         save(conn, &s)?;
         Ok(Out::Text(s.to_json()))
     })

@@ -94,7 +94,10 @@ fn exec_script(conn: &Conn, script: &str) -> Result<()> {
     let mut err: *mut c_char = std::ptr::null_mut();
     let rc = unsafe { sql!(exec(conn.db, text.as_ptr(), None, std::ptr::null_mut(), &mut err)) };
     if rc != 0 {
-        let e = Error { code: unsafe { sql!(extended_errcode(conn.db)) }, msg: format!("creating the store: {}", c_text(err)) };
+        let e = Error {
+            code: unsafe { sql!(extended_errcode(conn.db)) },
+            msg: format!("creating the store: {}", c_text(err)),
+        };
         unsafe { sql!(free(err as *mut _)) };
         return Err(e);
     }

@@ -14,7 +14,9 @@ pub enum Outcome {
     Fail(String),
     /// The lease ran out with no settlement: the worker is presumed gone (JOB-04); or the
     /// worker's process is known to be dead (DUR-02).
-    LeaseExpired { died: bool },
+    LeaseExpired {
+        died: bool,
+    },
 }
 
 /// The job fields an ending needs.
@@ -34,13 +36,22 @@ pub fn apply(conn: &Conn, job: &Held, q: &Settings, outcome: Outcome, now: i64) 
         time::backoff(q.backoff(), q.backoff_max(), job.tries, jitter)
     };
     match outcome {
-        Outcome::Error(msg) if left => again(conn, job.seq, job.tries, now + backoff(), Some(&msg), Val::Text(msg.clone()), now),
+        Outcome::Error(msg) if left => {
+            again(conn, job.seq, job.tries, now + backoff(), Some(&msg), Val::Text(msg.clone()), now)
+        }
         Outcome::Error(msg) | Outcome::Fail(msg) => fail(conn, job.seq, &msg, q, now, false),
         Outcome::Retry(delay) if left => {
             let delay = delay.unwrap_or_else(backoff);
             again(conn, job.seq, job.tries, now + delay, None, Val::Int(delay), now)
         }
-        Outcome::Retry(_) => fail(conn, job.seq, &format!("retried on attempt {} of {budget}: no attempts left", job.tries), q, now, false),
+        Outcome::Retry(_) => fail(
+            conn,
+            job.seq,
+            &format!("retried on attempt {} of {budget}: no attempts left", job.tries),
+            q,
+            now,
+            false,
+        ),
         Outcome::Snooze(delay) => again(conn, job.seq, job.tries - 1, now + delay, None, Val::Int(delay), now),
         Outcome::LeaseExpired { died } => {
             let why = if died { "worker process died" } else { "lease expired" };
@@ -110,7 +121,9 @@ fn parse_outcome(outcome: &Val, value: Option<&Val>) -> Result<Settle> {
         "retry" => Outcome::Retry(Some(delay(&value)?)),
         "snooze" if value.is_null() => bail!("outcome 'snooze' needs a delay, like '10m'"),
         "snooze" => Outcome::Snooze(delay(&value)?),
-        other => bail!("unknown outcome '{}' (expected 'done', 'error', 'retry', 'snooze' or 'fail')", options::clip(other)),
+        other => {
+            bail!("unknown outcome '{}' (expected 'done', 'error', 'retry', 'snooze' or 'fail')", options::clip(other))
+        }
     }))
 }
 

@@ -3,8 +3,8 @@
 
 use crate::conn::{Bind, Conn};
 use crate::ffi::{Out, Result, Val};
-use crate::queues::{self, Settings};
 use crate::options;
+use crate::queues::{self, Settings};
 
 // Limits are written `LIMIT ?N + 0`: since SQLite 3.47 or so a bare `LIMIT ?N` is planned
 // with the bound value, so every new binding re-prepares the statement (~90k instructions,
@@ -29,7 +29,14 @@ const KINDS: [Kind; 4] = [settled_jobs, events, tombstones, starts];
 
 /// Runs `delete`, unless asked to look first and `probe` (a SELECT EXISTS, on the first
 /// `probe_params`) finds nothing.
-fn delete_if_any(conn: &Conn, look: Look, probe: &'static str, delete: &'static str, params: &[&dyn Bind], probe_params: usize) -> Result<i64> {
+fn delete_if_any(
+    conn: &Conn,
+    look: Look,
+    probe: &'static str,
+    delete: &'static str,
+    params: &[&dyn Bind],
+    probe_params: usize,
+) -> Result<i64> {
     if look == Look::First && conn.one_int(probe, &params[..probe_params])? != Some(1) {
         return Ok(0);
     }

@@ -18,7 +18,8 @@ pub struct Claim;
 
 impl TableFn for Claim {
     const NAME: &'static str = "tq_claim";
-    const SCHEMA: &'static str = "CREATE TABLE x(id TEXT, attempt INTEGER, payload, group_key TEXT, lease_until INTEGER,
+    const SCHEMA: &'static str =
+        "CREATE TABLE x(id TEXT, attempt INTEGER, payload, group_key TEXT, lease_until INTEGER,
         deadline INTEGER, queue HIDDEN, worker HIDDEN, n HIDDEN, options HIDDEN)";
     const VISIBLE: usize = 6;
     const FILTERS: &'static [usize] = &[6, 7, 8, 9];
@@ -33,7 +34,14 @@ impl TableFn for Claim {
         Ok(Rows::list(
             jobs.into_iter()
                 .map(|j| {
-                    vec![Val::Text(j.id), Val::Int(j.attempt), j.payload, j.group.map_or(Val::Null, Val::Text), Val::Int(j.lease_until), Val::Int(j.deadline)]
+                    vec![
+                        Val::Text(j.id),
+                        Val::Int(j.attempt),
+                        j.payload,
+                        j.group.map_or(Val::Null, Val::Text),
+                        Val::Int(j.lease_until),
+                        Val::Int(j.deadline),
+                    ]
                 })
                 .collect(),
         ))
@@ -114,15 +122,27 @@ impl TableFn for Jobs {
         let now = conn.now();
         let sql = match (&queue, state.as_deref()) {
             (Val::Text(_), Some("waiting")) => concat!(
-                job_columns!(), "WHERE status = 'queued' AND queue = ?1 AND ?2 IS NOT NULL UNION ALL ",
-                job_columns!(), "WHERE status = 'scheduled' AND queue = ?1 AND run_at <= ?3"
+                job_columns!(),
+                "WHERE status = 'queued' AND queue = ?1 AND ?2 IS NOT NULL UNION ALL ",
+                job_columns!(),
+                "WHERE status = 'scheduled' AND queue = ?1 AND run_at <= ?3"
             ),
-            (Val::Text(_), Some("scheduled")) => concat!(job_columns!(), "WHERE status = 'scheduled' AND queue = ?1 AND run_at > ?3 AND ?2 IS NOT NULL"),
-            (Val::Text(_), Some("running")) => concat!(job_columns!(), "WHERE status = 'running' AND queue = ?1 AND ?2 IS NOT NULL AND ?3 IS NOT NULL"),
-            (Val::Text(_), Some("done")) => concat!(job_columns!(), "WHERE status = 'done' AND queue = ?1 AND ?2 IS NOT NULL AND ?3 IS NOT NULL"),
-            (Val::Text(_), Some("failed")) => concat!(job_columns!(), "WHERE status = 'failed' AND queue = ?1 AND ?2 IS NOT NULL AND ?3 IS NOT NULL"),
+            (Val::Text(_), Some("scheduled")) => {
+                concat!(job_columns!(), "WHERE status = 'scheduled' AND queue = ?1 AND run_at > ?3 AND ?2 IS NOT NULL")
+            }
+            (Val::Text(_), Some("running")) => {
+                concat!(job_columns!(), "WHERE status = 'running' AND queue = ?1 AND ?2 IS NOT NULL AND ?3 IS NOT NULL")
+            }
+            (Val::Text(_), Some("done")) => {
+                concat!(job_columns!(), "WHERE status = 'done' AND queue = ?1 AND ?2 IS NOT NULL AND ?3 IS NOT NULL")
+            }
+            (Val::Text(_), Some("failed")) => {
+                concat!(job_columns!(), "WHERE status = 'failed' AND queue = ?1 AND ?2 IS NOT NULL AND ?3 IS NOT NULL")
+            }
             _ => concat!(
-                "SELECT * FROM (", job_columns!(), "ORDER BY seq) WHERE (?1 IS NULL OR queue = ?1) AND (?2 IS NULL OR state = ?2)"
+                "SELECT * FROM (",
+                job_columns!(),
+                "ORDER BY seq) WHERE (?1 IS NULL OR queue = ?1) AND (?2 IS NULL OR state = ?2)"
             ),
         };
         Ok(Rows::query(conn.query(sql, &[&queue, &state, &now])?))

@@ -8,8 +8,8 @@ use std::sync::Mutex;
 
 use crate::conn::{Conn, Stmt};
 use crate::ffi::{
-    guard, set_result, sqlite3, sqlite3_context, sqlite3_index_info, sqlite3_module, sqlite3_value,
-    sqlite3_vtab, sqlite3_vtab_cursor, sqlite_string, Error, Out, Result, Val, SQLITE_ERROR, SQLITE_OK,
+    guard, set_result, sqlite3, sqlite3_context, sqlite3_index_info, sqlite3_module, sqlite3_value, sqlite3_vtab,
+    sqlite3_vtab_cursor, sqlite_string, Error, Out, Result, Val, SQLITE_ERROR, SQLITE_OK,
 };
 
 const SQLITE_INDEX_CONSTRAINT_EQ: u8 = 2;
@@ -36,7 +36,9 @@ impl Rows {
     fn next(&mut self, width: usize) -> Result<Option<Vec<Val>>> {
         match self {
             Rows::Listed(it) => Ok(it.next()),
-            Rows::Query(st) => Ok(if st.step()? { Some((0..width as c_int).map(|i| st.val(i)).collect()) } else { None }),
+            Rows::Query(st) => {
+                Ok(if st.step()? { Some((0..width as c_int).map(|i| st.val(i)).collect()) } else { None })
+            }
         }
     }
 }
@@ -127,14 +129,20 @@ pub fn register<T: TableFn>(db: *mut sqlite3, conn: &Rc<Conn>) -> Result<()> {
     if T::IN_TEMP {
         let module_name = format!("tinyq_{}", T::NAME);
         create_module::<T>(db, conn, &module_name, module::<T>(true))?;
-        let sql = CString::new(format!("CREATE VIRTUAL TABLE IF NOT EXISTS temp.{} USING {module_name}", T::NAME)).expect("sql");
+        let sql = CString::new(format!("CREATE VIRTUAL TABLE IF NOT EXISTS temp.{} USING {module_name}", T::NAME))
+            .expect("sql");
         // If this fails (the schema is locked), the eponymous table still works.
         unsafe { sql!(exec(db, sql.as_ptr(), None, std::ptr::null_mut(), std::ptr::null_mut())) };
     }
     Ok(())
 }
 
-fn create_module<T: TableFn>(db: *mut sqlite3, conn: &Rc<Conn>, name: &str, module: *const sqlite3_module) -> Result<()> {
+fn create_module<T: TableFn>(
+    db: *mut sqlite3,
+    conn: &Rc<Conn>,
+    name: &str,
+    module: *const sqlite3_module,
+) -> Result<()> {
     let name = CString::new(name).expect("table name");
     let aux = Box::into_raw(Box::new(conn.clone())) as *mut c_void;
     let rc = unsafe { sql!(create_module_v2(db, name.as_ptr(), module, aux, Some(drop_aux))) };
@@ -159,7 +167,11 @@ unsafe fn run(vtab: *mut sqlite3_vtab, name: &str, f: impl FnOnce() -> Result<()
                 }
                 (*vtab).zErrMsg = sqlite_string(&crate::ffi::prefixed(name, &e.msg));
             }
-            if e.code == SQLITE_OK { SQLITE_ERROR } else { e.code }
+            if e.code == SQLITE_OK {
+                SQLITE_ERROR
+            } else {
+                e.code
+            }
         }
     }
 }
@@ -212,14 +224,20 @@ unsafe extern "C" fn x_best_index<T: TableFn>(vtab: *mut sqlite3_vtab, info: *mu
         let usage = std::slice::from_raw_parts_mut(info.aConstraintUsage, info.nConstraint as usize);
         let mut mask = 0;
         for (k, &col) in T::FILTERS.iter().enumerate() {
-            if let Some(i) = cons.iter().position(|c| c.iColumn as usize == col && c.op == SQLITE_INDEX_CONSTRAINT_EQ && c.usable != 0) {
+            if let Some(i) = cons
+                .iter()
+                .position(|c| c.iColumn as usize == col && c.op == SQLITE_INDEX_CONSTRAINT_EQ && c.usable != 0)
+            {
                 mask |= 1 << k;
                 usage[i].argvIndex = (mask as u32).count_ones() as c_int;
                 usage[i].omit = 1;
             }
         }
         // A constraint that is present but not usable yet: prefer plans that make it usable.
-        let wanted = T::FILTERS.iter().filter(|&&col| cons.iter().any(|c| c.iColumn as usize == col && c.op == SQLITE_INDEX_CONSTRAINT_EQ)).count();
+        let wanted = T::FILTERS
+            .iter()
+            .filter(|&&col| cons.iter().any(|c| c.iColumn as usize == col && c.op == SQLITE_INDEX_CONSTRAINT_EQ))
+            .count();
         let have = (mask as u32).count_ones() as usize;
         info.idxNum = mask;
         info.estimatedCost = if have == wanted { 10.0 / (1 + have) as f64 } else { 1e12 };

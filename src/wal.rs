@@ -56,7 +56,12 @@ pub fn before_claim(conn: &Conn) {
 }
 
 /// SQLite calls this after every commit on a connection where tinyq took over.
-unsafe extern "C" fn on_commit(threshold: *mut c_void, db: *mut sqlite3, schema: *const c_char, frames: c_int) -> c_int {
+unsafe extern "C" fn on_commit(
+    threshold: *mut c_void,
+    db: *mut sqlite3,
+    schema: *const c_char,
+    frames: c_int,
+) -> c_int {
     let _ = guard(|| {
         // Only `main` holds tinyq's store; other schemas are checkpointed as SQLite would.
         let main = !schema.is_null() && CStr::from_ptr(schema).to_bytes() == b"main";
