@@ -2,10 +2,8 @@
 //! each concept lives in its own module (see docs/design.md).
 
 #[macro_use]
-pub mod ffi;
+pub mod sqlite;
 pub mod claim;
-pub mod conn;
-pub mod func;
 pub mod holders;
 pub mod jobs;
 pub mod options;
@@ -14,13 +12,13 @@ pub mod random;
 pub mod schema;
 pub mod settle;
 pub mod steps;
-pub mod stmt;
 pub mod sweep;
 pub mod tables;
 pub mod time;
-pub mod vtab;
 pub mod wal;
 pub mod watch;
+
+pub use sqlite::{conn, ffi, func, stmt, vtab};
 
 use std::ffi::{c_char, c_int};
 use std::rc::Rc;
