@@ -198,7 +198,7 @@ pub fn plan(conn: &Conn, q: &Settings, now: i64, n: i64) -> Result<Vec<Picked>> 
         return Ok(picked);
     }
     let group_room = |used: &(i64, i64)| {
-        q.group_concurrency.map_or(true, |c| used.0 < c) && q.group_rate.map_or(true, |(r, _)| used.1 < r)
+        q.group_concurrency.is_none_or(|c| used.0 < c) && q.group_rate.is_none_or(|(r, _)| used.1 < r)
     };
     let mut st = conn.query(
         // seq and grp come from the index; the row itself is read only for a picked job.

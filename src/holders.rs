@@ -6,10 +6,9 @@
 
 use std::sync::OnceLock;
 
-use crate::conn::Conn;
-use crate::ffi::Result;
 use crate::queues::Settings;
 use crate::settle::{self, Held, Outcome};
+use crate::sqlite::{Conn, Result};
 
 /// This process: (machine and boot, pid, start time in clock ticks since boot).
 struct Me {
@@ -49,26 +48,7 @@ fn local_file(conn: &Conn) -> bool {
     if let Some(known) = conn.local_file.get() {
         return known;
     }
-    const SQLITE_FCNTL_VFS_POINTER: std::ffi::c_int = 27;
-    /// The first fields of sqlite3_vfs, as far as its name.
-    #[repr(C)]
-    struct VfsHead {
-        version: std::ffi::c_int,
-        size: std::ffi::c_int,
-        max_path: std::ffi::c_int,
-        next: *mut std::ffi::c_void,
-        name: *const std::ffi::c_char,
-    }
-    let mut vfs: *mut VfsHead = std::ptr::null_mut();
-    let rc = unsafe {
-        crate::sql!(file_control(
-            conn.db,
-            b"main\0".as_ptr() as *const _,
-            SQLITE_FCNTL_VFS_POINTER,
-            &mut vfs as *mut _ as *mut _
-        ))
-    };
-    let local = rc == 0 && !vfs.is_null() && crate::ffi::c_text(unsafe { (*vfs).name }).starts_with("unix");
+    let local = conn.vfs_name().is_some_and(|name| name.starts_with("unix"));
     conn.local_file.set(Some(local));
     local
 }

@@ -1,5 +1,7 @@
 //! tinyq: a durable job queue inside a SQLite file. This file is the registration list;
-//! each concept lives in its own module (see docs/design.md).
+//! each concept lives in its own module, above the SQLite glue in sqlite/ (see
+//! docs/design.md, "Layout").
+#![deny(unsafe_code)] // unsafe lives in sqlite/ only, which allows it for itself
 
 #[macro_use]
 pub mod sqlite;
@@ -12,23 +14,29 @@ pub mod random;
 pub mod schema;
 pub mod settle;
 pub mod steps;
+pub mod store;
 pub mod sweep;
 pub mod tables;
 pub mod time;
 pub mod wal;
 pub mod watch;
 
-pub use sqlite::{conn, ffi, func, stmt, vtab};
+/// The names the queue's modules imported the glue by before it moved to sqlite/, kept
+/// while branches written against them merge; new code imports `crate::sqlite`.
+#[doc(hidden)]
+pub use sqlite as conn;
+#[doc(hidden)]
+pub use sqlite as ffi;
+#[doc(hidden)]
+pub use sqlite as vtab;
 
-use std::ffi::{c_char, c_int};
+use std::ffi::c_int;
 use std::rc::Rc;
 
-use conn::Conn;
-use ffi::{sqlite3, sqlite3_api_routines, Out, Result, Val};
-use func::{DIRECT_ONLY, INNOCUOUS, TRIGGERS};
+use sqlite::{register_function, register_table, Conn, Out, Result, Val, DIRECT_ONLY, INNOCUOUS, TRIGGERS};
 
 /// Every scalar function: name, number of arguments (-1: checked by the function), flags.
-const SCALARS: &[(&str, c_int, c_int, func::Body)] = &[
+const SCALARS: &[(&str, c_int, c_int, sqlite::Body)] = &[
     ("tq_add", -1, TRIGGERS, jobs::tq_add),
     ("tq_cancel", -1, TRIGGERS, jobs::tq_cancel),
     ("tq_get", -1, INNOCUOUS, jobs::tq_get),
@@ -49,40 +57,17 @@ const SCALARS: &[(&str, c_int, c_int, func::Body)] = &[
     ("tq_debug", -1, INNOCUOUS, tq_debug),
 ];
 
-fn register(db: *mut sqlite3) -> Result<()> {
-    let conn = Rc::new(Conn::new(db));
+/// Registers everything on a connection: the entry point (sqlite/load.rs) calls this.
+pub fn register(conn: &Rc<Conn>) -> Result<()> {
     for &(name, n, flags, body) in SCALARS {
-        func::register(db, &conn, name, n, flags, body)?;
+        register_function(conn, name, n, flags, body)?;
     }
-    vtab::register::<tables::Claim>(db, &conn)?;
-    vtab::register::<tables::Watch>(db, &conn)?;
-    vtab::register::<tables::Jobs>(db, &conn)?;
-    vtab::register::<tables::Stats>(db, &conn)?;
-    vtab::register::<vtab::Statements>(db, &conn)?;
+    register_table::<tables::Claim>(conn)?;
+    register_table::<tables::Watch>(conn)?;
+    register_table::<tables::Jobs>(conn)?;
+    register_table::<tables::Stats>(conn)?;
+    register_table::<sqlite::Statements>(conn)?;
     Ok(())
-}
-
-/// The entry point SQLite finds for `.load ./dist/tinyq`.
-///
-/// # Safety
-/// Called by SQLite with a live connection and its routines table.
-#[no_mangle]
-pub unsafe extern "C" fn sqlite3_tinyq_init(
-    db: *mut sqlite3,
-    err: *mut *mut c_char,
-    api: *mut sqlite3_api_routines,
-) -> c_int {
-    ffi::set_api(api);
-    sqlite_loadable::ext::faux_sqlite_extension_init2(api);
-    match ffi::guard(|| register(db)) {
-        Ok(()) => 0,
-        Err(e) => {
-            if !err.is_null() {
-                *err = ffi::sqlite_string(&format!("tinyq: {}", e.msg));
-            }
-            e.code
-        }
-    }
 }
 
 fn no_args(args: &[Val]) -> Result<()> {
@@ -97,7 +82,7 @@ fn tq_clock(conn: &Conn, args: &[Val]) -> Result<Out> {
     match args {
         [] => {}
         [Val::Null] => conn.clock.set(None),
-        [v] => conn.clock.set(Some(time::parse_time(v).map_err(ffi::Error::bad)?)),
+        [v] => conn.clock.set(Some(time::parse_time(v).map_err(sqlite::Error::bad)?)),
         _ => bail!("expects ([ms or ISO-8601 time, or NULL])"),
     }
     Ok(conn.clock.get().map_or(Out::Null, Out::Int))
@@ -115,7 +100,7 @@ fn tq_version(_: &Conn, args: &[Val]) -> Result<Out> {
 
 fn tq_debug(conn: &Conn, args: &[Val]) -> Result<Out> {
     no_args(args)?;
-    let sqlite = ffi::c_text(unsafe { sql!(libversion()) });
+    let sqlite = sqlite::libversion();
     let schema = match schema::stored_version(conn)? {
         0 => "none".to_string(),
         v => v.to_string(),

@@ -3,7 +3,7 @@
 
 use serde_json::{Map, Value};
 
-use crate::ffi::{Error, Result, Val};
+use crate::sqlite::{Error, Result, Val};
 use crate::time;
 
 /// Longest id, queue name, group key or step name, in bytes.

@@ -1,9 +1,8 @@
 //! Queue settings (SPEC section 5): stored per queue, NULL meaning the default.
 
-use crate::conn::Conn;
-use crate::ffi::{Out, Result, Val};
 use crate::options::{self, Options};
 use crate::schema;
+use crate::sqlite::{Conn, Out, Result, Val};
 use crate::time::format_rate;
 
 const KEYS: &[&str] = &[

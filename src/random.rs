@@ -2,7 +2,7 @@
 //! from a hash of the pinned time and a salt taken from the store, so two copies of a store
 //! running the same statements draw the same numbers (REP-01). Otherwise they are ambient.
 
-use crate::conn::Conn;
+use crate::sqlite::Conn;
 
 /// A 64-bit draw; `salt` must differ between draws made at the same pinned time.
 pub fn draw(conn: &Conn, salt: u64) -> u64 {

@@ -1,10 +1,8 @@
 //! The store's tables: created on first use from sql/, migrated forward by version.
 //! tinyq records its version in tinyq_meta, never in PRAGMA user_version.
 
-use std::ffi::{c_char, CString};
-
 use crate::conn::Conn;
-use crate::ffi::{c_text, Error, Result};
+use crate::ffi::{Error, Result};
 
 /// What a new store is created with, at this version.
 const STORE: (i64, &str) = (2, include_str!("../sql/store.sql"));
@@ -90,16 +88,5 @@ fn remember(conn: &Conn) {
 
 /// Runs a script of several statements.
 fn exec_script(conn: &Conn, script: &str) -> Result<()> {
-    let text = CString::new(script).map_err(|_| Error::bad("migration contains NUL"))?;
-    let mut err: *mut c_char = std::ptr::null_mut();
-    let rc = unsafe { sql!(exec(conn.db, text.as_ptr(), None, std::ptr::null_mut(), &mut err)) };
-    if rc != 0 {
-        let e = Error {
-            code: unsafe { sql!(extended_errcode(conn.db)) },
-            msg: format!("creating the store: {}", c_text(err)),
-        };
-        unsafe { sql!(free(err as *mut _)) };
-        return Err(e);
-    }
-    Ok(())
+    conn.exec_script(script).map_err(|e| Error { code: e.code, msg: format!("creating the store: {}", e.msg) })
 }

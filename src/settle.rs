@@ -1,10 +1,9 @@
 //! How an attempt ends: settle's five outcomes, and the endings claims find (a lease
 //! that ran out, a timeout). One function moves the job for all of them.
 
-use crate::conn::Conn;
-use crate::ffi::{Out, Result, Val};
 use crate::options;
 use crate::queues::{self, Settings};
+use crate::sqlite::{Conn, Out, Result, Val};
 use crate::{random, time};
 
 pub enum Outcome {
@@ -112,7 +111,8 @@ fn parse_outcome(outcome: &Val, value: Option<&Val>) -> Result<Settle> {
             _ => bail!("outcome '{name}' needs {what} as non-empty text"),
         }
     };
-    let delay = |v: &Val| time::parse_duration(v).map_err(|e| crate::ffi::Error::bad(format!("outcome '{name}': {e}")));
+    let delay =
+        |v: &Val| time::parse_duration(v).map_err(|e| crate::sqlite::Error::bad(format!("outcome '{name}': {e}")));
     Ok(Settle::Other(match name.as_str() {
         "done" => return Ok(Settle::Done(options::data("result", &value, true)?)),
         "error" => Outcome::Error(text("an error message")?),
@@ -220,7 +220,7 @@ pub fn tq_renew(conn: &Conn, args: &[Val]) -> Result<Out> {
     let (id, attempt) = id_and_attempt(args)?;
     let lease = match args.get(2) {
         None | Some(Val::Null) => None,
-        Some(v) => Some(time::parse_duration(v).map_err(|e| crate::ffi::Error::bad(format!("lease: {e}")))?),
+        Some(v) => Some(time::parse_duration(v).map_err(|e| crate::sqlite::Error::bad(format!("lease: {e}")))?),
     };
     if lease == Some(0) {
         bail!("lease must be longer than 0ms");

@@ -1,8 +1,7 @@
 //! Steps (JOB-06): answers kept under a job so a later attempt gets them back; and progress.
 
-use crate::conn::Conn;
-use crate::ffi::{Out, Result, Val};
 use crate::settle::extend_lease;
+use crate::sqlite::{Conn, Out, Result, Val};
 use crate::{options, schema};
 
 /// tq_step_get(id, name) -> the kept answer or NULL

@@ -1,10 +1,9 @@
 //! Retention (RET-01): done jobs keep their id for `dedupe`, failed jobs their error for
 //! `keep`; events live as long as the longest `keep`, starts as long as the longest rate window.
 
-use crate::conn::{Bind, Conn};
-use crate::ffi::{Out, Result, Val};
 use crate::options;
 use crate::queues::{self, Settings};
+use crate::sqlite::{Bind, Conn, Out, Result, Val};
 
 // Limits are written `LIMIT ?N + 0`: since SQLite 3.47 or so a bare `LIMIT ?N` is planned
 // with the bound value, so every new binding re-prepares the statement (~90k instructions,

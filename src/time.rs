@@ -1,12 +1,19 @@
 //! Times, durations, rates and backoff: pure logic, unit-tested here.
 
-use crate::ffi::Val;
+use crate::sqlite::{Conn, Val};
 
 /// The longest duration tinyq accepts anywhere: 100 years, far from i64 overflow.
 pub const MAX_DURATION_MS: i64 = 100 * 365 * 86_400_000;
 
 pub fn system_ms() -> i64 {
     chrono::Utc::now().timestamp_millis()
+}
+
+impl Conn {
+    /// Milliseconds since the epoch: the pinned clock (tq_clock), else the system clock.
+    pub fn now(&self) -> i64 {
+        self.clock.get().unwrap_or_else(system_ms)
+    }
 }
 
 /// A duration: integer ms, or text such as '500ms', '30s', '10m', '1.5h', '7d'.

@@ -16,18 +16,9 @@
 //! reads N > 0), with the same N; once it is, that PRAGMA reads 0 (SQLite reports the
 //! threshold of its own hook only). Setting the PRAGMA puts SQLite's hook back, and a later
 //! claim takes over again with the new N; setting it to 0 turns checkpoints off for good.
-//! The hook keeps no pointer to tinyq's connection state: its threshold is its argument
-//! and what is owed is kept by database handle, so it stays valid whatever is unloaded or
-//! re-registered (the library itself is never unloaded: see build.rs).
+//! The hook itself is SQLite glue: src/sqlite/checkpoint.rs.
 
-use std::ffi::{c_char, c_int, c_void, CStr};
-use std::sync::Mutex;
-
-use crate::conn::Conn;
-use crate::ffi::{guard, sqlite3, SQLITE_OK};
-
-/// Database handles (as addresses) whose last automatic checkpoint could not run.
-static OWED: Mutex<Vec<usize>> = Mutex::new(Vec::new());
+use crate::sqlite::{checkpoint, Conn};
 
 /// Claims between two looks at `PRAGMA wal_autocheckpoint` once the hook is in place.
 const LOOK_EVERY: u32 = 64;
@@ -45,55 +36,9 @@ pub fn before_claim(conn: &Conn) {
         conn.claims_until_wal_look.set(LOOK_EVERY);
         if let Ok(Some(frames)) = conn.one_int("PRAGMA wal_autocheckpoint", &[]) {
             if frames > 0 {
-                unsafe { sql!(wal_hook(conn.db, Some(on_commit), frames as usize as *mut c_void)) };
+                checkpoint::take_over(conn, frames);
             }
         }
     }
-    if take_owed(conn.db) {
-        // The call SQLite's own hook makes: PASSIVE, it waits for no one.
-        unsafe { sql!(wal_checkpoint(conn.db, b"main\0".as_ptr() as *const c_char)) };
-    }
-}
-
-/// SQLite calls this after every commit on a connection where tinyq took over.
-unsafe extern "C" fn on_commit(
-    threshold: *mut c_void,
-    db: *mut sqlite3,
-    schema: *const c_char,
-    frames: c_int,
-) -> c_int {
-    let _ = guard(|| {
-        // Only `main` holds tinyq's store; other schemas are checkpointed as SQLite would.
-        let main = !schema.is_null() && CStr::from_ptr(schema).to_bytes() == b"main";
-        if frames as usize >= threshold as usize {
-            if sql!(wal_checkpoint(db, schema)) == SQLITE_OK {
-                if main {
-                    take_owed(db); // done: the next claim need not
-                }
-            } else if main {
-                owe(db); // inside a claim's statement: the next claim runs it
-            }
-        }
-        Ok(())
-    });
-    SQLITE_OK
-}
-
-fn owed() -> std::sync::MutexGuard<'static, Vec<usize>> {
-    OWED.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-fn owe(db: *mut sqlite3) {
-    let mut owed = owed();
-    if !owed.contains(&(db as usize)) {
-        owed.push(db as usize);
-    }
-}
-
-/// Forgets what `db` owed; true if it owed a checkpoint.
-fn take_owed(db: *mut sqlite3) -> bool {
-    let mut owed = owed();
-    let before = owed.len();
-    owed.retain(|&d| d != db as usize);
-    owed.len() != before
+    checkpoint::run_owed(conn);
 }

@@ -4,8 +4,7 @@
 use std::time::Duration;
 
 use crate::claim;
-use crate::conn::Conn;
-use crate::ffi::{Out, Result, Val};
+use crate::sqlite::{Conn, Out, Result, Val};
 use crate::{options, queues, schema, time};
 
 /// The longest a single tq_wait may block.
@@ -59,11 +58,11 @@ pub fn tq_wait(conn: &Conn, args: &[Val]) -> Result<Out> {
         bail!("expects (queue, timeout)");
     }
     let queue = options::name("queue", &args[0])?;
-    let timeout = time::parse_duration(&args[1]).map_err(|e| crate::ffi::Error::bad(format!("timeout: {e}")))?;
+    let timeout = time::parse_duration(&args[1]).map_err(|e| crate::sqlite::Error::bad(format!("timeout: {e}")))?;
     if timeout > MAX_WAIT_MS {
         bail!("timeout must be at most 1h, not {timeout}ms");
     }
-    if unsafe { crate::sql!(get_autocommit(conn.db)) } == 0 {
+    if !conn.autocommit() {
         bail!("call it outside a transaction: inside one it would hold its snapshot while it waits");
     }
     let start = time::system_ms();

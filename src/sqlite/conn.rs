@@ -1,20 +1,23 @@
-//! Per-connection state: the pinned clock, the cache of prepared statements, and what
-//! tinyq has already checked on this connection. Every function registered on a connection
-//! shares one `Conn`. SQLite serializes calls on a connection, so plain cells suffice.
+//! Per-connection state: the cache of prepared statements, transactions, and the cells in
+//! which the queue's modules keep what they know about this connection (the pinned clock,
+//! the store's version...; the glue never reads those). Every function registered on a
+//! connection shares one `Conn`. SQLite serializes calls on a connection, so plain cells
+//! suffice.
 
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
-use std::ffi::{c_char, c_int};
+use std::ffi::{c_char, c_int, c_void, CString};
 use std::hash::BuildHasherDefault;
 
-use crate::ffi::{c_text, sqlite3, sqlite3_stmt, Error, Result, Val};
-use crate::stmt::{AddressHasher, SqlKey};
-pub use crate::stmt::{Bind, Stmt};
+use super::ffi::{c_text, sql, sqlite3, sqlite3_stmt};
+use super::stmt::{AddressHasher, Bind, SqlKey, Stmt};
+use super::{Error, Result, Val, SQLITE_OK};
 
 const SQLITE_PREPARE_PERSISTENT: u32 = 0x01;
 
 pub struct Conn {
-    pub db: *mut sqlite3,
+    /// Live for as long as this `Conn` (see `new`).
+    pub(super) db: *mut sqlite3,
     /// The time pinned by tq_clock, if any (REP-01).
     pub clock: Cell<Option<i64>>,
     /// Set once this connection has seen the store at the current schema version.
@@ -39,7 +42,10 @@ pub struct Conn {
 }
 
 impl Conn {
-    pub fn new(db: *mut sqlite3) -> Conn {
+    /// # Safety
+    /// `db` is a live connection that outlives this `Conn`: SQLite drops the functions and
+    /// tables holding it before it closes `db`.
+    pub(super) unsafe fn new(db: *mut sqlite3) -> Conn {
         Conn {
             db,
             clock: Cell::new(None),
@@ -63,11 +69,6 @@ impl Conn {
         }
         self.depth.set(self.depth.get() + 1);
         Ok(Depth(self))
-    }
-
-    /// Milliseconds since the epoch: the pinned clock, else the system clock.
-    pub fn now(&self) -> i64 {
-        self.clock.get().unwrap_or_else(crate::time::system_ms)
     }
 
     /// The last error on this connection.
@@ -151,7 +152,7 @@ impl Conn {
     }
 
     /// Finalizes every cached statement (the connection is closing).
-    pub fn clear_cache(&self) {
+    pub(super) fn clear_cache(&self) {
         for (_, stmts) in self.cache.borrow_mut().drain() {
             for raw in stmts {
                 unsafe { sql!(finalize(raw)) };
@@ -160,13 +161,17 @@ impl Conn {
     }
 
     /// The statements held in the cache, for `tq_statements`.
-    pub fn cached_sql(&self) -> Vec<(String, i64)> {
+    pub(super) fn cached_sql(&self) -> Vec<(String, i64)> {
         let mut v: Vec<_> = self.cache.borrow().iter().map(|(s, l)| (s.0.to_string(), l.len() as i64)).collect();
         v.sort();
         v
     }
 
-    pub(crate) fn give_back(&self, sql: &'static str, raw: *mut sqlite3_stmt) {
+    /// Resets `raw` and keeps it for the next `prepare` of `sql`.
+    ///
+    /// # Safety
+    /// `raw` is a statement this connection prepared from `sql`, no longer used elsewhere.
+    pub(super) unsafe fn give_back(&self, sql: &'static str, raw: *mut sqlite3_stmt) {
         unsafe {
             sql!(reset(raw));
             sql!(clear_bindings(raw));
@@ -200,39 +205,45 @@ impl Conn {
         false
     }
 
-    /// Runs `f` atomically on the store (created first if need be), holding the write lock
-    /// from its first read (see docs/design.md). Writers call nothing that reads before it:
-    /// within a statement, a read of `main` keeps a snapshot open until the statement ends,
-    /// and a connection holding a snapshot cannot wait for the write lock.
-    pub fn write_tx<T>(&self, f: impl FnOnce() -> Result<T>) -> Result<T> {
-        let own = self.autocommit() && !self.write_in_progress();
-        let r = self.transaction(|| {
-            crate::schema::ensure(self)?;
-            if !own {
-                // In the caller's transaction: an UPDATE takes the write lock even when it
-                // matches nothing.
-                self.exec("UPDATE tinyq_meta SET value = value WHERE 0", &[])?;
-            }
-            f()
-        });
-        if own && r.is_ok() {
-            self.store_ready.set(true); // our transaction committed with the store in it
-        }
-        r
-    }
-
-    /// For a writer that is one statement (atomic by itself, and taking the write lock
-    /// before it reads): no transaction of its own, once the store is known to exist.
-    pub fn write_one<T>(&self, f: impl FnOnce() -> Result<T>) -> Result<T> {
-        if self.store_ready.get() {
-            f()
-        } else {
-            self.write_tx(f)
-        }
-    }
-
     pub fn autocommit(&self) -> bool {
         unsafe { sql!(get_autocommit(self.db)) != 0 }
+    }
+
+    /// Runs a script of several statements (sqlite3_exec); the error carries SQLite's message.
+    pub fn exec_script(&self, script: &str) -> Result<()> {
+        let text = CString::new(script).map_err(|_| Error::bad("a script contains NUL"))?;
+        let mut err: *mut c_char = std::ptr::null_mut();
+        // SAFETY: `text` outlives the call; SQLite allocates `err`, freed here.
+        unsafe {
+            let rc = sql!(exec(self.db, text.as_ptr(), None, std::ptr::null_mut(), &mut err));
+            if rc == SQLITE_OK {
+                return Ok(());
+            }
+            let e = Error { code: sql!(extended_errcode(self.db)), msg: c_text(err) };
+            sql!(free(err.cast()));
+            Err(e)
+        }
+    }
+
+    /// The name of the VFS the `main` database is on ("unix", "unix-excl", dqlite's...).
+    pub fn vfs_name(&self) -> Option<String> {
+        const SQLITE_FCNTL_VFS_POINTER: c_int = 27;
+        /// The first fields of sqlite3_vfs, as far as its name.
+        #[repr(C)]
+        struct VfsHead {
+            version: c_int,
+            size: c_int,
+            max_path: c_int,
+            next: *mut c_void,
+            name: *const c_char,
+        }
+        let mut vfs: *mut VfsHead = std::ptr::null_mut();
+        // SAFETY: SQLITE_FCNTL_VFS_POINTER writes a sqlite3_vfs pointer, whose leading
+        // fields VfsHead mirrors; a registered VFS lives as long as the connection.
+        unsafe {
+            let rc = sql!(file_control(self.db, c"main".as_ptr(), SQLITE_FCNTL_VFS_POINTER, (&raw mut vfs).cast()));
+            (rc == SQLITE_OK && !vfs.is_null()).then(|| c_text((*vfs).name))
+        }
     }
 
     /// Runs `f` atomically: in its own BEGIN IMMEDIATE transaction in autocommit, in a
@@ -242,8 +253,7 @@ impl Conn {
             // Inside a writing statement: its transaction is ours, and an error rolls it back.
             return f();
         }
-        let autocommit = unsafe { sql!(get_autocommit(self.db)) } != 0;
-        if autocommit {
+        if self.autocommit() {
             self.exec("BEGIN IMMEDIATE", &[])?;
             match f() {
                 Ok(v) => match self.exec("COMMIT", &[]) {

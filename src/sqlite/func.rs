@@ -5,8 +5,8 @@
 use std::ffi::{c_int, c_void, CString};
 use std::rc::Rc;
 
-use crate::conn::Conn;
-use crate::ffi::{guard, set_error, set_result, sqlite3, sqlite3_context, sqlite3_value, Error, Out, Result, Val};
+use super::ffi::{set_error, set_result, sql, sqlite3_context, sqlite3_value};
+use super::{guard, prefixed, Conn, Error, Out, Result, Val};
 
 pub type Body = fn(&Conn, &[Val]) -> Result<Out>;
 
@@ -23,19 +23,13 @@ struct Entry {
 }
 
 /// Registers `body` as `name` with `n_args` arguments (-1: any number; the body checks).
-pub fn register(
-    db: *mut sqlite3,
-    conn: &Rc<Conn>,
-    name: &'static str,
-    n_args: c_int,
-    flags: c_int,
-    body: Body,
-) -> Result<()> {
+pub fn register(conn: &Rc<Conn>, name: &'static str, n_args: c_int, flags: c_int, body: Body) -> Result<()> {
     let entry = Box::into_raw(Box::new(Entry { name, body, conn: conn.clone() }));
     let cname = CString::new(name).expect("function name");
+    // SAFETY: SQLite owns `entry` from here and hands it to `destroy` when it drops the function.
     let rc = unsafe {
         sql!(create_function_v2(
-            db,
+            conn.db,
             cname.as_ptr(),
             n_args,
             SQLITE_UTF8 | flags,
@@ -52,20 +46,21 @@ pub fn register(
     Ok(())
 }
 
+/// SQLite calls this for every call of a tinyq function.
 unsafe extern "C" fn call(ctx: *mut sqlite3_context, argc: c_int, argv: *mut *mut sqlite3_value) {
-    let entry = &*(sql!(user_data(ctx)) as *const Entry);
+    let entry = &*sql!(user_data(ctx)).cast::<Entry>();
     let r = guard(|| {
         let _depth = entry.conn.enter()?;
-        let args: Vec<Val> =
-            std::slice::from_raw_parts(argv, argc.max(0) as usize).iter().map(|v| Val::from_raw(*v)).collect();
+        let argv = std::slice::from_raw_parts(argv, usize::try_from(argc).unwrap_or(0));
+        let args: Vec<Val> = argv.iter().map(|v| Val::from_raw(*v)).collect();
         (entry.body)(&entry.conn, &args)
     });
     match r {
         Ok(out) => set_result(ctx, out),
-        Err(e) => set_error(ctx, &Error { code: e.code, msg: crate::ffi::prefixed(entry.name, &e.msg) }),
+        Err(e) => set_error(ctx, &Error { code: e.code, msg: prefixed(entry.name, &e.msg) }),
     }
 }
 
 unsafe extern "C" fn destroy(p: *mut c_void) {
-    let _ = std::panic::catch_unwind(|| drop(Box::from_raw(p as *mut Entry)));
+    let _ = std::panic::catch_unwind(|| drop(Box::from_raw(p.cast::<Entry>())));
 }

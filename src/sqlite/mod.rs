@@ -1,9 +1,25 @@
-//! The SQLite glue: everything that touches SQLite's C API. The queue's modules above it
-//! see safe types only (see docs/design.md, "Layout").
+//! The SQLite glue: everything that touches SQLite's C API, and the only place in tinyq
+//! where `unsafe` is allowed. The queue's modules above it see what this file exports:
+//! safe types and functions (see docs/design.md, "Layout").
+#![allow(unsafe_code)] // the glue's job: each unsafe block says why it is sound (SAFETY)
 
 #[macro_use]
-pub mod ffi;
-pub mod conn;
-pub mod func;
-pub mod stmt;
-pub mod vtab;
+mod error;
+mod ffi;
+mod value;
+
+pub mod checkpoint;
+mod conn;
+mod func;
+mod load;
+mod stmt;
+mod vtab;
+
+pub use conn::{Conn, Depth};
+pub use error::{guard, prefixed, Error, Result, SQLITE_ERROR, SQLITE_INTERNAL, SQLITE_OK};
+pub use ffi::libversion;
+pub use func::{register as register_function, Body, DIRECT_ONLY, INNOCUOUS, TRIGGERS};
+pub use load::MIN_VERSION;
+pub use stmt::{Bind, Stmt};
+pub use value::{Out, Val};
+pub use vtab::{register as register_table, Rows, Statements, TableFn};

@@ -4,8 +4,8 @@
 use std::ffi::{c_char, c_int};
 use std::hash::Hasher;
 
-use crate::conn::Conn;
-use crate::ffi::{sqlite3_stmt, Result, Val, SQLITE_DONE, SQLITE_ROW};
+use super::ffi::{sql, sqlite3_stmt, transient, SQLITE_DONE, SQLITE_ROW};
+use super::{Conn, Result, Val};
 
 /// A statement's SQL, compared and hashed by address: every statement is a literal in the
 /// code, so one address is one statement, and hashing the text on every call is wasted work.
@@ -43,9 +43,10 @@ impl Hasher for AddressHasher {
 
 /// A prepared statement borrowed from the cache; it goes back, reset, when dropped.
 pub struct Stmt<'c> {
-    pub(crate) conn: &'c Conn,
-    pub(crate) sql: &'static str,
-    pub(crate) raw: *mut sqlite3_stmt,
+    pub(super) conn: &'c Conn,
+    pub(super) sql: &'static str,
+    /// Prepared by `conn` from `sql`, used by this `Stmt` alone until it is dropped.
+    pub(super) raw: *mut sqlite3_stmt,
 }
 
 impl Stmt<'_> {
@@ -67,7 +68,8 @@ impl Stmt<'_> {
     }
 
     pub fn val(&self, i: c_int) -> Val {
-        Val::from_raw(unsafe { sql!(column_value(self.raw, i)) })
+        // SAFETY: the column's value lives until the next step, and is copied now.
+        unsafe { Val::from_raw(sql!(column_value(self.raw, i))) }
     }
 
     pub fn int(&self, i: c_int) -> i64 {
@@ -95,7 +97,8 @@ impl Stmt<'_> {
 
 impl Drop for Stmt<'_> {
     fn drop(&mut self) {
-        self.conn.give_back(self.sql, self.raw);
+        // SAFETY: see the `raw` field.
+        unsafe { self.conn.give_back(self.sql, self.raw) };
     }
 }
 
@@ -120,7 +123,7 @@ impl Bind for bool {
 
 impl Bind for str {
     unsafe fn bind_to(&self, raw: *mut sqlite3_stmt, i: c_int) -> c_int {
-        sql!(bind_text64(raw, i, self.as_ptr() as *const c_char, self.len() as u64, crate::ffi::transient(), 1))
+        sql!(bind_text64(raw, i, self.as_ptr() as *const c_char, self.len() as u64, transient(), 1))
     }
 }
 
@@ -152,7 +155,7 @@ impl Bind for Val {
             Val::Int(v) => v.bind_to(raw, i),
             Val::Real(f) => sql!(bind_double(raw, i, *f)),
             Val::Text(s) => s.bind_to(raw, i),
-            Val::Blob(b) => sql!(bind_blob64(raw, i, b.as_ptr() as *const _, b.len() as u64, crate::ffi::transient())),
+            Val::Blob(b) => sql!(bind_blob64(raw, i, b.as_ptr() as *const _, b.len() as u64, transient())),
         }
     }
 }

@@ -6,11 +6,11 @@ use std::ffi::{c_char, c_int, c_void, CString};
 use std::rc::Rc;
 use std::sync::Mutex;
 
-use crate::conn::{Conn, Stmt};
-use crate::ffi::{
-    guard, set_result, sqlite3, sqlite3_context, sqlite3_index_info, sqlite3_module, sqlite3_value, sqlite3_vtab,
-    sqlite3_vtab_cursor, sqlite_string, Error, Out, Result, Val, SQLITE_ERROR, SQLITE_OK,
+use super::ffi::{
+    set_result, sql, sqlite3, sqlite3_context, sqlite3_index_info, sqlite3_module, sqlite3_value, sqlite3_vtab,
+    sqlite3_vtab_cursor, sqlite_string,
 };
+use super::{guard, prefixed, Conn, Error, Out, Result, Stmt, Val, SQLITE_ERROR, SQLITE_OK};
 
 const SQLITE_INDEX_CONSTRAINT_EQ: u8 = 2;
 const SQLITE_VTAB_INNOCUOUS: c_int = 2;
@@ -28,8 +28,9 @@ impl Rows {
         Rows::Listed(rows.into_iter())
     }
 
-    /// Streams `st`. Safety: the cursor keeps the `Rc<Conn>` alive and drops the rows first.
+    /// Streams `st`.
     pub fn query(st: Stmt<'_>) -> Rows {
+        // SAFETY: the cursor keeps the `Rc<Conn>` alive and drops the rows first.
         Rows::Query(unsafe { std::mem::transmute::<Stmt<'_>, Stmt<'static>>(st) })
     }
 
@@ -81,7 +82,7 @@ struct Cursor {
 struct Module(&'static sqlite3_module, &'static str);
 unsafe impl Send for Module {}
 
-fn module<T: TableFn>(creatable: bool) -> *const sqlite3_module {
+fn module<T: TableFn>(creatable: bool) -> &'static sqlite3_module {
     static MODULES: Mutex<Vec<(&'static str, Module)>> = Mutex::new(Vec::new());
     let mut all = MODULES.lock().unwrap_or_else(|e| e.into_inner());
     let key = if creatable { "temp" } else { T::NAME };
@@ -124,28 +125,22 @@ fn module<T: TableFn>(creatable: bool) -> *const sqlite3_module {
 /// cannot wait for the write lock (SQLite skips the busy handler for a connection holding
 /// a snapshot) and fails for good once another writer commits. Reading `temp` instead
 /// leaves `main` untouched until tq_claim's own transaction begins.
-pub fn register<T: TableFn>(db: *mut sqlite3, conn: &Rc<Conn>) -> Result<()> {
-    create_module::<T>(db, conn, T::NAME, module::<T>(false))?;
+pub fn register<T: TableFn>(conn: &Rc<Conn>) -> Result<()> {
+    create_module(conn, T::NAME, module::<T>(false))?;
     if T::IN_TEMP {
         let module_name = format!("tinyq_{}", T::NAME);
-        create_module::<T>(db, conn, &module_name, module::<T>(true))?;
-        let sql = CString::new(format!("CREATE VIRTUAL TABLE IF NOT EXISTS temp.{} USING {module_name}", T::NAME))
-            .expect("sql");
+        create_module(conn, &module_name, module::<T>(true))?;
         // If this fails (the schema is locked), the eponymous table still works.
-        unsafe { sql!(exec(db, sql.as_ptr(), None, std::ptr::null_mut(), std::ptr::null_mut())) };
+        let _ = conn.exec_script(&format!("CREATE VIRTUAL TABLE IF NOT EXISTS temp.{} USING {module_name}", T::NAME));
     }
     Ok(())
 }
 
-fn create_module<T: TableFn>(
-    db: *mut sqlite3,
-    conn: &Rc<Conn>,
-    name: &str,
-    module: *const sqlite3_module,
-) -> Result<()> {
+fn create_module(conn: &Rc<Conn>, name: &str, module: &'static sqlite3_module) -> Result<()> {
     let name = CString::new(name).expect("table name");
-    let aux = Box::into_raw(Box::new(conn.clone())) as *mut c_void;
-    let rc = unsafe { sql!(create_module_v2(db, name.as_ptr(), module, aux, Some(drop_aux))) };
+    let aux = Box::into_raw(Box::new(conn.clone())).cast::<c_void>();
+    // SAFETY: SQLite owns `aux` from here and hands it to `drop_aux`; `module` is static.
+    let rc = unsafe { sql!(create_module_v2(conn.db, name.as_ptr(), module, aux, Some(drop_aux))) };
     if rc != SQLITE_OK {
         return Err(Error { code: rc, msg: format!("registering {name:?}") });
     }
@@ -165,7 +160,7 @@ unsafe fn run(vtab: *mut sqlite3_vtab, name: &str, f: impl FnOnce() -> Result<()
                 if !(*vtab).zErrMsg.is_null() {
                     sql!(free((*vtab).zErrMsg as *mut c_void));
                 }
-                (*vtab).zErrMsg = sqlite_string(&crate::ffi::prefixed(name, &e.msg));
+                (*vtab).zErrMsg = sqlite_string(&prefixed(name, &e.msg));
             }
             if e.code == SQLITE_OK {
                 SQLITE_ERROR
