@@ -13,8 +13,7 @@ fn main() {
         .output()
         .ok()
         .filter(|o| o.status.success())
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
-        .unwrap_or_else(|| "unknown".into());
+        .map_or_else(|| "unknown".into(), |o| String::from_utf8_lossy(&o.stdout).trim().to_string());
     println!("cargo:rustc-env=TINYQ_COMMIT={commit}");
     // Again when HEAD moves: to another branch (.git/HEAD) or to a new commit on this one
     // (the branch's ref file, which .git/HEAD names).

@@ -20,7 +20,7 @@ struct Me {
 fn me() -> Option<&'static Me> {
     static ME: OnceLock<Option<Me>> = OnceLock::new();
     ME.get_or_init(|| {
-        let pid = std::process::id() as i64;
+        let pid = i64::from(std::process::id());
         Some(Me { machine: machine()?, pid, started: start_ticks(pid)? }).filter(|m| !m.machine.is_empty())
     })
     .as_ref()

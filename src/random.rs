@@ -29,7 +29,7 @@ const CROCKFORD: &[u8; 32] = b"0123456789ABCDEFGHJKMNPQRSTVWXYZ";
 
 /// `tq_` + 26 Crockford base-32 characters: 48 bits of time, then 80 random bits.
 pub fn job_id(ms: i64, hi: u64, lo: u64) -> String {
-    let value: u128 = ((ms as u128 & 0xFFFF_FFFF_FFFF) << 80) | ((hi as u128 & 0xFFFF) << 64) | lo as u128;
+    let value: u128 = ((ms as u128 & 0xFFFF_FFFF_FFFF) << 80) | ((u128::from(hi) & 0xFFFF) << 64) | u128::from(lo);
     let mut out = String::with_capacity(29);
     out.push_str("tq_");
     for i in (0..26).rev() {

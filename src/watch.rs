@@ -90,7 +90,7 @@ pub fn tq_wait(conn: &Conn, args: &[Val]) -> Result<Out> {
             return Ok(Out::Int(1));
         }
         if wall >= wake_at {
-            return Ok(Out::Int((wall < start + timeout) as i64));
+            return Ok(Out::Int(i64::from(wall < start + timeout)));
         }
         std::thread::sleep(poll_interval(wall - start).min(Duration::from_millis((wake_at - wall) as u64)));
     }

@@ -85,10 +85,10 @@ impl Conn {
         let rc = unsafe {
             sql!(prepare_v3(
                 self.db,
-                sql.as_ptr() as *const c_char,
+                sql.as_ptr().cast::<c_char>(),
                 sql.len() as c_int,
                 SQLITE_PREPARE_PERSISTENT,
-                &mut raw,
+                &raw mut raw,
                 std::ptr::null_mut()
             ))
         };
@@ -142,9 +142,9 @@ impl Conn {
         unsafe {
             sql!(prepare_v2(
                 self.db,
-                text.as_ptr() as *const c_char,
+                text.as_ptr().cast::<c_char>(),
                 text.len() as c_int,
-                &mut raw,
+                &raw mut raw,
                 std::ptr::null_mut()
             ));
             sql!(finalize(raw));
@@ -215,7 +215,7 @@ impl Conn {
         let mut err: *mut c_char = std::ptr::null_mut();
         // SAFETY: `text` outlives the call; SQLite allocates `err`, freed here.
         unsafe {
-            let rc = sql!(exec(self.db, text.as_ptr(), None, std::ptr::null_mut(), &mut err));
+            let rc = sql!(exec(self.db, text.as_ptr(), None, std::ptr::null_mut(), &raw mut err));
             if rc == SQLITE_OK {
                 return Ok(());
             }

@@ -33,7 +33,7 @@ pub fn register(conn: &Rc<Conn>, name: &'static str, n_args: c_int, flags: c_int
             cname.as_ptr(),
             n_args,
             SQLITE_UTF8 | flags,
-            entry as *mut c_void,
+            entry.cast::<c_void>(),
             Some(call),
             None,
             None,

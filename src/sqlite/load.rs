@@ -94,7 +94,7 @@ mod tests {
         let mut api: sqlite3_api_routines = unsafe { std::mem::zeroed() };
         api.libversion_number = Some(old);
         api.libversion = Some(old_text);
-        let e = unsafe { check_version(&api) }.unwrap_err();
+        let e = unsafe { check_version(&raw const api) }.unwrap_err();
         assert_eq!(
             e.msg,
             "needs SQLite 3.40.1 or newer (the oldest it is tested on), but was loaded into SQLite 3.31.1"

@@ -30,7 +30,7 @@ pub struct AddressHasher(u64);
 impl Hasher for AddressHasher {
     fn write(&mut self, bytes: &[u8]) {
         for b in bytes {
-            self.0 = (self.0 ^ *b as u64).wrapping_mul(0x100_0000_01B3);
+            self.0 = (self.0 ^ u64::from(*b)).wrapping_mul(0x100_0000_01B3);
         }
     }
     fn write_usize(&mut self, n: usize) {
@@ -117,13 +117,13 @@ impl Bind for i64 {
 
 impl Bind for bool {
     unsafe fn bind_to(&self, raw: *mut sqlite3_stmt, i: c_int) -> c_int {
-        sql!(bind_int64(raw, i, *self as i64))
+        sql!(bind_int64(raw, i, i64::from(*self)))
     }
 }
 
 impl Bind for str {
     unsafe fn bind_to(&self, raw: *mut sqlite3_stmt, i: c_int) -> c_int {
-        sql!(bind_text64(raw, i, self.as_ptr() as *const c_char, self.len() as u64, transient(), 1))
+        sql!(bind_text64(raw, i, self.as_ptr().cast::<c_char>(), self.len() as u64, transient(), 1))
     }
 }
 
@@ -155,7 +155,7 @@ impl Bind for Val {
             Val::Int(v) => v.bind_to(raw, i),
             Val::Real(f) => sql!(bind_double(raw, i, *f)),
             Val::Text(s) => s.bind_to(raw, i),
-            Val::Blob(b) => sql!(bind_blob64(raw, i, b.as_ptr() as *const _, b.len() as u64, transient())),
+            Val::Blob(b) => sql!(bind_blob64(raw, i, b.as_ptr().cast(), b.len() as u64, transient())),
         }
     }
 }

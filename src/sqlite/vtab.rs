@@ -84,7 +84,7 @@ unsafe impl Send for Module {}
 
 fn module<T: TableFn>(creatable: bool) -> &'static sqlite3_module {
     static MODULES: Mutex<Vec<(&'static str, Module)>> = Mutex::new(Vec::new());
-    let mut all = MODULES.lock().unwrap_or_else(|e| e.into_inner());
+    let mut all = MODULES.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     let key = if creatable { "temp" } else { T::NAME };
     if let Some((_, m)) = all.iter().find(|(n, k)| *n == T::NAME && k.1 == key) {
         return m.0;
@@ -148,7 +148,7 @@ fn create_module(conn: &Rc<Conn>, name: &str, module: &'static sqlite3_module) -
 }
 
 unsafe extern "C" fn drop_aux(p: *mut c_void) {
-    let _ = std::panic::catch_unwind(|| drop(Box::from_raw(p as *mut Rc<Conn>)));
+    let _ = std::panic::catch_unwind(|| drop(Box::from_raw(p.cast::<Rc<Conn>>())));
 }
 
 /// Runs a callback body; a panic or error becomes a code (and a message on the table).
@@ -158,7 +158,7 @@ unsafe fn run(vtab: *mut sqlite3_vtab, name: &str, f: impl FnOnce() -> Result<()
         Err(e) => {
             if !vtab.is_null() {
                 if !(*vtab).zErrMsg.is_null() {
-                    sql!(free((*vtab).zErrMsg as *mut c_void));
+                    sql!(free((*vtab).zErrMsg.cast::<c_void>()));
                 }
                 (*vtab).zErrMsg = sqlite_string(&prefixed(name, &e.msg));
             }
@@ -180,7 +180,7 @@ unsafe extern "C" fn x_connect<T: TableFn>(
     err: *mut *mut c_char,
 ) -> c_int {
     let r = guard(|| {
-        let conn = (*(aux as *mut Rc<Conn>)).clone();
+        let conn = (*aux.cast::<Rc<Conn>>()).clone();
         let schema = CString::new(T::SCHEMA).expect("schema");
         let rc = sql!(declare_vtab(db, schema.as_ptr()));
         if rc != SQLITE_OK {
@@ -190,7 +190,7 @@ unsafe extern "C" fn x_connect<T: TableFn>(
         sql!(vtab_config(db, flag));
         T::connect(&conn);
         let vtab = Box::new(VTab { base: std::mem::zeroed(), conn });
-        *pp_vtab = Box::into_raw(vtab) as *mut sqlite3_vtab;
+        *pp_vtab = Box::into_raw(vtab).cast::<sqlite3_vtab>();
         Ok(())
     });
     match r {
@@ -204,7 +204,7 @@ unsafe extern "C" fn x_connect<T: TableFn>(
 
 unsafe extern "C" fn x_disconnect<T: TableFn>(vtab: *mut sqlite3_vtab) -> c_int {
     let _ = guard(|| {
-        let vtab = Box::from_raw(vtab as *mut VTab);
+        let vtab = Box::from_raw(vtab.cast::<VTab>());
         T::disconnect(&vtab.conn);
         Ok(())
     });
@@ -243,7 +243,7 @@ unsafe extern "C" fn x_best_index<T: TableFn>(vtab: *mut sqlite3_vtab, info: *mu
 
 unsafe extern "C" fn x_open<T: TableFn>(vtab: *mut sqlite3_vtab, pp: *mut *mut sqlite3_vtab_cursor) -> c_int {
     run(vtab, T::NAME, || {
-        let conn = (*(vtab as *mut VTab)).conn.clone();
+        let conn = (*vtab.cast::<VTab>()).conn.clone();
         let cursor = Box::new(Cursor {
             base: std::mem::zeroed(),
             rows: None,
@@ -253,14 +253,14 @@ unsafe extern "C" fn x_open<T: TableFn>(vtab: *mut sqlite3_vtab, pp: *mut *mut s
             rowid: 0,
             width: T::VISIBLE,
         });
-        *pp = Box::into_raw(cursor) as *mut sqlite3_vtab_cursor;
+        *pp = Box::into_raw(cursor).cast::<sqlite3_vtab_cursor>();
         Ok(())
     })
 }
 
 unsafe extern "C" fn x_close(cur: *mut sqlite3_vtab_cursor) -> c_int {
     let _ = guard(|| {
-        drop(Box::from_raw(cur as *mut Cursor));
+        drop(Box::from_raw(cur.cast::<Cursor>()));
         Ok(())
     });
     SQLITE_OK
@@ -273,7 +273,7 @@ unsafe extern "C" fn x_filter<T: TableFn>(
     argc: c_int,
     argv: *mut *mut sqlite3_value,
 ) -> c_int {
-    let c = &mut *(cur as *mut Cursor);
+    let c = &mut *cur.cast::<Cursor>();
     run(c.base.pVtab, T::NAME, || {
         let args = std::slice::from_raw_parts(argv, argc as usize);
         let mut given = args.iter();
@@ -300,16 +300,16 @@ fn advance(c: &mut Cursor) -> Result<()> {
 }
 
 unsafe extern "C" fn x_next(cur: *mut sqlite3_vtab_cursor) -> c_int {
-    let c = &mut *(cur as *mut Cursor);
+    let c = &mut *cur.cast::<Cursor>();
     run(c.base.pVtab, "tinyq", || advance(c))
 }
 
 unsafe extern "C" fn x_eof(cur: *mut sqlite3_vtab_cursor) -> c_int {
-    (*(cur as *mut Cursor)).row.is_none() as c_int
+    c_int::from((*cur.cast::<Cursor>()).row.is_none())
 }
 
 unsafe extern "C" fn x_column(cur: *mut sqlite3_vtab_cursor, ctx: *mut sqlite3_context, i: c_int) -> c_int {
-    let c = &*(cur as *mut Cursor);
+    let c = &*cur.cast::<Cursor>();
     let i = i as usize;
     let v = if i < c.width {
         c.row.as_ref().and_then(|r| r.get(i).cloned())
@@ -322,7 +322,7 @@ unsafe extern "C" fn x_column(cur: *mut sqlite3_vtab_cursor, ctx: *mut sqlite3_c
 }
 
 unsafe extern "C" fn x_rowid(cur: *mut sqlite3_vtab_cursor, rowid: *mut i64) -> c_int {
-    *rowid = (*(cur as *mut Cursor)).rowid;
+    *rowid = (*cur.cast::<Cursor>()).rowid;
     SQLITE_OK
 }
 
