@@ -1,0 +1,237 @@
+"""Query plans pinned (part of `make check`).
+
+A workload on one connection reaches every path of tinyq's functions; then each statement
+that connection keeps prepared (the `sql` column of `tq_statements`) goes through
+`EXPLAIN QUERY PLAN`. A full scan of a table or a temporary b-tree (a sort, DISTINCT or
+GROUP BY done in memory) makes a claim's cost grow with the store, so either fails the
+test unless the statement is in ALLOWED below with the reason it is fine.
+
+When statements change: run `python3 -m pytest -q tests/test_query_plans.py`; a new plan
+step is printed with its statement. Fix the query or the index, or add an entry (a
+fragment of the statement that stays stable across rewording, and why).
+"""
+import json
+import os
+import re
+import sqlite3
+import subprocess
+import sys
+
+import pytest
+
+from conftest import EXT, ROOT, add, claim, connect, one, pin, setq
+
+# (fragment of the statement's SQL, fragment of the plan step, why it is fine)
+ALLOWED = [
+    ("DELETE FROM tinyq_events WHERE seq <", "SCAN tinyq_events",
+     "walks events oldest first to the first one still kept: events are appended in time order, so the "
+     "rows it passes are the expired ones this sweep removes"),
+    ("FROM tinyq_jobs ORDER BY seq) WHERE (?1 IS NULL OR queue = ?1)", "SCAN tinyq_jobs",
+     "tq_jobs without a filter lists every job: the scan is the answer (filtered, it searches an index)"),
+    ("status = 'running' AND expires_at IS NULL AND queue = ?1 AND lease_until > ?2 AND grp IS NOT NULL GROUP BY grp",
+     "USE TEMP B-TREE FOR GROUP BY",
+     "a claim with group limits counts live leases per group: the b-tree holds the queue's running jobs, "
+     "which its concurrency and leases bound, never the backlog"),
+    ("FROM tinyq_starts WHERE queue = ?1 AND at > ?2 AND grp IS NOT NULL GROUP BY grp", "USE TEMP B-TREE FOR GROUP BY",
+     "a claim with a group rate counts starts per group in the window: at most the rate's starts"),
+    ("FROM tinyq_holders h WHERE NOT EXISTS", "SCAN h",
+     "tinyq_holders has one row per worker process that leased a job: a sweep looks at each"),
+    ("FROM tinyq_queues", "SCAN ",
+     "tinyq_queues has one row per queue; tq_stats and the sweep list them all"),
+    ("WHERE seq IN (SELECT value FROM json_each(?1))", "SCAN json_each VIRTUAL TABLE",
+     "the claim's own list of picked jobs (at most n), each then found by its primary key"),
+    ("FROM sqlite_master WHERE type = 'table' AND name = 'tinyq_meta'", "SCAN sqlite_master",
+     "is there a store? SQLite's schema table: a few rows, read until the store is known on this connection"),
+    ("UPDATE tinyq_meta SET value = value WHERE 0", "SCAN tinyq_meta",
+     "WHERE 0 matches nothing and SQLite reads no row: the statement only takes the write lock"),
+]
+
+# Plan steps that are never a cost: a constant row, or a search.
+BAD = re.compile(r"^(SCAN (?!CONSTANT ROW)|USE TEMP B-TREE)")
+
+T0 = 1_795_953_600_000  # 2026-11-29T12:00:00Z
+
+
+# Another process claims a job and exits without settling: its lease has a dead holder.
+DIES_HOLDING = """
+import sqlite3, sys
+c = sqlite3.connect(sys.argv[1], isolation_level=None, timeout=5)
+c.enable_load_extension(True)
+c.load_extension(sys.argv[2])
+assert c.execute("SELECT count(*) FROM tq_claim('dead', 'gone', 1)").fetchone()[0] == 1
+"""
+
+
+def on_the_real_clock(conn, path):
+    """What only runs unpinned: holders (a lease tied to a live process), a dead one freed."""
+    one(conn, "SELECT tq_clock(NULL)")
+    add(conn, "dead", "{}")
+    add(conn, "dead", "{}")
+    subprocess.run([sys.executable, "-c", DIES_HOLDING, path, EXT], check=True)
+    taken = claim(conn, "dead", "alive", 2)  # the dead process's job waits again at once
+    assert len(taken) == 2, taken
+
+
+def in_transactions(conn):
+    """Calls inside the caller's transaction, and a failure inside tinyq's own."""
+    conn.execute("BEGIN")
+    setq(conn, "tx", lease="5s")
+    add(conn, "tx", "{}")
+    conn.execute("COMMIT")
+    # A trigger of the user's makes the claim's write fail: its transaction rolls back.
+    conn.execute("CREATE TEMP TRIGGER boom BEFORE UPDATE ON main.tinyq_jobs BEGIN SELECT RAISE(ABORT, 'boom'); END")
+    with pytest.raises(sqlite3.DatabaseError, match="boom"):
+        claim(conn, "tx", "w", 1)
+    conn.execute("BEGIN")
+    with pytest.raises(sqlite3.DatabaseError, match="boom"):
+        claim(conn, "tx", "w", 1)
+    conn.execute("ROLLBACK")
+    conn.execute("DROP TRIGGER boom")
+
+
+def workload(conn, path):
+    """Every path of every function, on one connection."""
+    on_the_real_clock(conn, path)
+    in_transactions(conn)
+    pin(conn, T0)
+    setq(conn, "q", lease="10s", timeout="1m", attempts=3, backoff="1s", concurrency=5, rate="100/1m",
+         group_concurrency=2, group_rate="50/1m", dedupe="1h", keep="1h")
+    setq(conn, "plain")
+    one(conn, "SELECT tq_queue('q')")
+    ids = [add(conn, "q", json.dumps({"n": i}), group="g%d" % (i % 2), priority=i % 3) for i in range(8)]
+    add(conn, "q", "{}", id="later", delay="30s")
+    add(conn, "q", "{}", id="at", at=T0 + 5000, attempts=2)
+    add(conn, "q", "{}", id="at")  # idempotent: the id exists
+    add(conn, "plain", "1")
+    add(conn, "plain", "2", id="dup")
+    add(conn, "plain", "2", id="dup")
+    for i in ids[:2]:
+        one(conn, "SELECT tq_get(?)", i)
+    one(conn, "SELECT tq_get('no-such')")
+    one(conn, "SELECT tq_wait('q', 0)")
+    one(conn, "SELECT tq_wait('empty', 0)")
+
+    jobs = claim(conn, "q", "w1", 4, {"lease": "5s"})
+    jobs += claim(conn, "q", "w2", 4)
+    jobs += claim(conn, "plain", "w3", 10)
+    assert len(jobs) >= 4, jobs
+    j = iter(jobs)
+    a = next(j)
+    one(conn, "SELECT tq_renew(?, ?)", a["id"], a["attempt"])
+    one(conn, "SELECT tq_renew(?, ?, '20s')", a["id"], a["attempt"])
+    one(conn, "SELECT tq_step_put(?, ?, 's1', '\"v\"')", a["id"], a["attempt"])
+    one(conn, "SELECT tq_step_put(?, ?, 's1', '\"w\"')", a["id"], a["attempt"])
+    one(conn, "SELECT tq_step_get(?, 's1')", a["id"])
+    one(conn, "SELECT tq_progress(?, ?, '50%')", a["id"], a["attempt"])
+    one(conn, "SELECT tq_settle(?, ?, 'done', 'ok')", a["id"], a["attempt"])
+    one(conn, "SELECT tq_settle(?, ?, 'done', 'again')", a["id"], a["attempt"])  # already settled
+    for outcome, value in [("error", "boom"), ("retry", "2s"), ("snooze", "1s"), ("fail", "bad")]:
+        b = next(j, None)
+        if b is None:
+            break
+        one(conn, "SELECT tq_settle(?, ?, ?, ?)", b["id"], b["attempt"], outcome, value)
+    one(conn, "SELECT tq_cancel('later')")
+    one(conn, "SELECT tq_cancel('no-such')")
+    failed = [r[0] for r in conn.execute("SELECT id FROM tq_jobs WHERE state = 'failed'")]
+    for f in failed:
+        one(conn, "SELECT tq_retry(?)", f)
+
+    # Leases run out, scheduled jobs come due, limits fill up.
+    pin(conn, T0 + 61_000)
+    one(conn, "SELECT tq_wait('q', 0)")
+    claim(conn, "q", "w4", 10)
+    claim(conn, "q", "w5", 10)
+    one(conn, "SELECT tq_wait('q', 0)")
+    setq(conn, "q", paused=True)
+    claim(conn, "q", "w6", 1)
+    setq(conn, "q", paused=False, concurrency=None, rate=None, group_concurrency=None, group_rate=None)
+    for job in claim(conn, "q", "w7", 10):
+        one(conn, "SELECT tq_settle(?, ?, 'done')", job["id"], job["attempt"])
+
+    # Reads: every filter of the tables.
+    conn.execute("SELECT * FROM tq_jobs").fetchall()
+    conn.execute("SELECT * FROM tq_jobs WHERE queue = 'q'").fetchall()
+    conn.execute("SELECT * FROM tq_jobs WHERE state = 'waiting'").fetchall()
+    conn.execute("SELECT * FROM tq_jobs WHERE queue = 'q' AND state = 'done'").fetchall()
+    conn.execute("SELECT * FROM tq_watch(0)").fetchall()
+    conn.execute("SELECT * FROM tq_watch(3, 'q')").fetchall()
+    conn.execute("SELECT * FROM tq_stats").fetchall()
+    conn.execute("SELECT * FROM tq_stats('q')").fetchall()
+    one(conn, "SELECT tq_debug()")
+
+    # Past every retention window: the sweeps, by hand and by the claims.
+    pin(conn, T0 + 30 * 86_400_000)
+    for _ in range(4):
+        claim(conn, "q", "w8", 1)
+    one(conn, "SELECT tq_sweep()")
+    one(conn, "SELECT tq_sweep(10)")
+
+
+def statements(conn):
+    """The statements the connection keeps, each on one line (fragments match that form)."""
+    return [" ".join(r[0].split()) for r in conn.execute("SELECT sql FROM tq_statements")]
+
+
+def bad_steps(conn, sql):
+    """The plan steps of `sql` that scan a table or build a temporary b-tree."""
+    numbered = [int(n) for n in re.findall(r"\?(\d+)", sql)]
+    n = max(numbered) if numbered else sql.count("?")  # the plan needs no values: NULL for each
+    plan = conn.execute("EXPLAIN QUERY PLAN " + sql, [None] * n).fetchall()
+    return [row[3] for row in plan if BAD.match(row[3])]
+
+
+def allowed(sql, step):
+    return any(frag in sql and step_frag in step for frag, step_frag, _ in ALLOWED)
+
+
+def source_statements():
+    """The SQL literals tinyq's Rust code prepares: the workload must reach each."""
+    found = set()
+    for dirpath, _, files in os.walk(os.path.join(ROOT, "src")):
+        for name in files:
+            if name.endswith(".rs"):
+                text = open(os.path.join(dirpath, name)).read()
+                for m in re.finditer(r'\.(?:exec|query|one|one_int|prepare)\(\s*"((?:[^"\\]|\\.)*)"', text):
+                    found.add(m.group(1))
+    return found
+
+
+def test_workload_reaches_every_statement_in_the_source(tmp_path):
+    path = str(tmp_path / "q.db")
+    conn = connect(path)
+    workload(conn, path)
+    prepared = set(statements(conn))
+    missing = sorted(s for s in source_statements() if " ".join(s.split()) not in prepared)
+    assert not missing, "statements the workload never ran (extend workload()):\n\n" + "\n\n".join(missing)
+
+
+def test_no_statement_scans_or_sorts_unless_allowed(tmp_path):
+    path = str(tmp_path / "q.db")
+    conn = connect(path)
+    workload(conn, path)
+    sqls = statements(conn)
+    assert len(sqls) > 30, sqls
+    viewer = connect(path)
+    found = []
+    for sql in sqls:
+        for step in bad_steps(viewer, sql):
+            if not allowed(sql, step):
+                found.append(f"{step}\n    in: {sql}")
+    assert not found, "plan steps that grow with the store (fix, or add to ALLOWED with a reason):\n" + "\n".join(found)
+
+
+def test_every_allowlist_entry_is_still_used(tmp_path):
+    """An entry whose statement is gone or no longer scans is removed, not kept "just in case"."""
+    path = str(tmp_path / "q.db")
+    conn = connect(path)
+    workload(conn, path)
+    sqls = statements(conn)
+    viewer = connect(path)
+    used = set()
+    for sql in sqls:
+        for step in bad_steps(viewer, sql):
+            for i, (frag, step_frag, _) in enumerate(ALLOWED):
+                if frag in sql and step_frag in step:
+                    used.add(i)
+    stale = [ALLOWED[i] for i in range(len(ALLOWED)) if i not in used]
+    assert not stale, f"allowlist entries that match no scan any more: {stale}"
