@@ -18,10 +18,11 @@
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-NPM_PKG="sqlite3@6.0.1"
-VERSION="3.52.0"
-TARBALL="sqlite-autoconf-3520000.tar.gz"
-SHA256="f6b50b0c103392af32a8be15b2b9d25959de9a00a70c3979128aafeaa5338b3f"
+# Another SQLite is built the same way by setting these (scripts/sqlite_old.sh does).
+NPM_PKG="${SQLITE_NPM_PKG:-sqlite3@6.0.1}"
+VERSION="${SQLITE_VERSION:-3.52.0}"
+TARBALL="${SQLITE_TARBALL:-sqlite-autoconf-3520000.tar.gz}"
+SHA256="${SQLITE_SHA256:-f6b50b0c103392af32a8be15b2b9d25959de9a00a70c3979128aafeaa5338b3f}"
 OUT="${SQLITE_CURRENT_DIR:-$ROOT/target/sqlite-current}"
 CC="${CC:-gcc}"
 
@@ -84,14 +85,16 @@ export LD_LIBRARY_PATH="$OUT/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export PATH="$OUT/bin:$PATH"
 export TINYQ_SQLITE_CURRENT="$VERSION"
 
-# Refuse to run anything unless Python's stdlib module and the shell both see the new SQLite.
-py_version="$(/usr/bin/python3 -c 'import sqlite3; print(sqlite3.sqlite_version)')"
+# Refuse to run anything unless Python's stdlib module and the shell both see the new SQLite
+# (the shell only, with SQLITE_SHELL_ONLY=1: Debian's Python needs a SQLite as new as its own).
+py_version="$VERSION"
+[[ "${SQLITE_SHELL_ONLY:-0}" == 1 ]] || py_version="$(/usr/bin/python3 -c 'import sqlite3; print(sqlite3.sqlite_version)')"
 sh_version="$(sqlite3 --version | cut -d' ' -f1)"
 sh_path="$(command -v sqlite3)"
 if [[ "$py_version" != "$VERSION" || "$sh_version" != "$VERSION" ]]; then
   echo "sqlite_current: expected SQLite $VERSION, got python=$py_version shell=$sh_version ($sh_path)" >&2
   exit 2
 fi
-echo "sqlite_current: SQLite $VERSION (python3 sqlite3 module and $sh_path)" >&2
+echo "sqlite_current: SQLite $VERSION ($([[ "${SQLITE_SHELL_ONLY:-0}" == 1 ]] || echo "python3 sqlite3 module and ")$sh_path)" >&2
 [[ $# -eq 0 ]] && exit 0
 exec "$@"
