@@ -39,7 +39,7 @@ $(EXT): deps $(shell find src sql -type f 2>/dev/null) Cargo.toml build.rs
 check: $(EXT)
 	$(CARGO) fmt --check
 	$(CARGO) clippy --release --all-targets -- -D warnings
-	$(PY) -m pytest -q tests/test_query_plans.py
+	$(PY) -m pytest -q tests/test_query_plans.py tests/test_docs.py
 
 demo: $(EXT)
 	$(PY) examples/demo.py

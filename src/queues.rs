@@ -1,4 +1,4 @@
-//! Queue settings (SPEC section 5): stored per queue, NULL meaning the default.
+//! Queue settings (docs/reference.md, tq_queue): stored per queue, NULL meaning the default.
 
 use crate::options::{self, Options};
 use crate::schema;

@@ -1,6 +1,6 @@
 """Core lifecycle: tq_add, tq_get, tq_claim, tq_renew, tq_settle, tq_queue, the clock.
 
-Rules covered here (SPEC section 6): JOB-01, JOB-02, JOB-03, JOB-04, JOB-05, JOB-07,
+Rules covered here (docs/guarantees.md): JOB-01, JOB-02, JOB-03, JOB-04, JOB-05, JOB-07,
 JOB-08, DUR-01, REP-01, plus concurrent claiming by two worker processes.
 Time is pinned with tq_clock wherever possible, so nothing here depends on sleeping.
 """

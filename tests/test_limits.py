@@ -1,6 +1,6 @@
 """Limits (LIM-01, LIM-02) and busy handling, in one process and across real processes.
 
-Queue settings (SPEC section 5): `concurrency` (most running leases in the queue), `rate`
+Queue settings (docs/reference.md, tq_queue): `concurrency` (most running leases in the queue), `rate`
 ('N/duration': most starts in a sliding window), `group_concurrency`, `group_rate` (the
 same per group); tq_add's `group` option puts a job in a group.
 

@@ -967,7 +967,7 @@ def test_RET_01_claims_also_sweep_a_bounded_amount(db):
 
 
 def test_RET_01_an_unattended_store_stays_bounded(db):
-    """No one calls tq_sweep: a worker claims 10 at a time (as in SPEC section 7) and settles.
+    """No one calls tq_sweep: a worker claims 10 at a time (as in the README's example) and settles.
     Each round adds 1,000 jobs and then time moves past every window (dedupe and keep 1m).
     What is left after a round (done jobs and events, as tq_jobs and tq_watch show them)
     must not grow with the number of rounds: claims sweep what the work leaves behind."""

@@ -79,7 +79,7 @@ def refused(conn, sql, fn):
     assert snapshot(conn) == before
 
 
-def test_registered_flags_are_exactly_the_documented_ones(db):
+def test_SEC_01_registered_flags_are_exactly_the_documented_ones(db):
     got = {(name, narg): flags & (DIRECTONLY | INNOCUOUS) for name, narg, flags in db.execute(
         "SELECT name, narg, flags FROM pragma_function_list WHERE name LIKE 'tq\\_%' ESCAPE '\\'")}
     assert got == EXPECTED_FLAGS
@@ -87,7 +87,7 @@ def test_registered_flags_are_exactly_the_documented_ones(db):
 
 @pytest.mark.parametrize("on", [True, False], ids=["trusted", "untrusted"])
 @pytest.mark.parametrize("fn", sorted(DIRECT_CALLS))
-def test_view_cannot_call_directonly_function(store, fn, on):
+def test_SEC_01_view_cannot_call_directonly_function(store, fn, on):
     store.execute(f"CREATE VIEW v AS SELECT {DIRECT_CALLS[fn]} AS x")
     trusted(store, on)
     refused(store, "SELECT * FROM v", fn)
@@ -98,7 +98,7 @@ def test_view_cannot_call_directonly_function(store, fn, on):
 
 @pytest.mark.parametrize("on", [True, False], ids=["trusted", "untrusted"])
 @pytest.mark.parametrize("fn", sorted(DIRECT_CALLS))
-def test_trigger_cannot_call_directonly_function(store, fn, on):
+def test_SEC_01_trigger_cannot_call_directonly_function(store, fn, on):
     store.execute(f"CREATE TRIGGER t AFTER INSERT ON rows BEGIN SELECT {DIRECT_CALLS[fn]}; END")
     trusted(store, on)
     refused(store, "INSERT INTO rows VALUES (1)", fn)
@@ -106,7 +106,7 @@ def test_trigger_cannot_call_directonly_function(store, fn, on):
 
 
 @pytest.mark.parametrize("on", [True, False], ids=["trusted", "untrusted"])
-def test_view_and_trigger_cannot_claim(store, on):
+def test_SEC_01_view_and_trigger_cannot_claim(store, on):
     store.execute("CREATE VIEW v AS SELECT * FROM tq_claim('q', 'evil', 10)")
     store.execute("CREATE TRIGGER t AFTER INSERT ON rows BEGIN "
                   "SELECT * FROM tq_claim('q', 'evil', 10); END")
@@ -116,7 +116,7 @@ def test_view_and_trigger_cannot_claim(store, on):
     assert get(store, "waits")["state"] == "waiting"
 
 
-def test_directonly_functions_still_work_when_called_directly(store):
+def test_SEC_01_directonly_functions_still_work_when_called_directly(store):
     """The flag only keeps them out of the schema: a direct call (even with
     trusted_schema=OFF) works."""
     trusted(store, False)
@@ -129,7 +129,7 @@ def test_directonly_functions_still_work_when_called_directly(store):
 
 @pytest.mark.parametrize("fn,expr", [("tq_add", "tq_add('q', NEW.x, json_object('id', 'trig:' || NEW.x))"),
                                      ("tq_cancel", "tq_cancel('waits')")])
-def test_trigger_calling_tq_add_or_cancel_needs_trusted_schema(store, fn, expr):
+def test_SEC_01_trigger_calling_tq_add_or_cancel_needs_trusted_schema(store, fn, expr):
     store.execute(f"CREATE TRIGGER t AFTER INSERT ON rows BEGIN SELECT {expr}; END")
     trusted(store, True)
     store.execute("INSERT INTO rows VALUES ('1')")
@@ -150,7 +150,7 @@ def test_trigger_calling_tq_add_or_cancel_needs_trusted_schema(store, fn, expr):
     assert one(store, "SELECT count(*) FROM rows") == 2
 
 
-def test_trigger_add_commits_and_rolls_back_with_the_row(store):
+def test_SEC_01_trigger_add_commits_and_rolls_back_with_the_row(store):
     """JOB-02 through a trigger, checked here because SEC-01 documents the pattern."""
     store.execute("CREATE TRIGGER t AFTER INSERT ON rows BEGIN "
                   "SELECT tq_add('q', NEW.x, json_object('id', 'row:' || NEW.x)); END")
@@ -165,7 +165,7 @@ def test_trigger_add_commits_and_rolls_back_with_the_row(store):
 
 
 @pytest.mark.parametrize("expr", READ_CALLS)
-def test_read_only_function_works_in_view_and_trigger_untrusted(store, expr):
+def test_SEC_01_read_only_function_works_in_view_and_trigger_untrusted(store, expr):
     direct = one(store, f"SELECT {expr}")
     store.execute(f"CREATE VIEW v AS SELECT {expr} AS x")
     store.execute("CREATE TABLE seen (x)")
@@ -181,7 +181,7 @@ def test_read_only_function_works_in_view_and_trigger_untrusted(store, expr):
 
 
 @pytest.mark.parametrize("table", READ_TABLES)
-def test_read_only_table_works_in_view_and_trigger_untrusted(store, table):
+def test_SEC_01_read_only_table_works_in_view_and_trigger_untrusted(store, table):
     direct = store.execute(f"SELECT * FROM {table}").fetchall()
     assert direct
     store.execute(f"CREATE VIEW v AS SELECT * FROM {table}")
@@ -194,7 +194,7 @@ def test_read_only_table_works_in_view_and_trigger_untrusted(store, table):
     assert one(store, "SELECT n FROM seen") == len(direct)
 
 
-def test_a_prepared_database_cannot_touch_jobs_when_read(tmp_path):
+def test_SEC_01_a_prepared_database_cannot_touch_jobs_when_read(tmp_path):
     """Someone hands you a database whose innocent-looking view sweeps, settles and
     pauses: reading it (trusted_schema at its default) fails and changes nothing."""
     path = str(tmp_path / "theirs.db")

@@ -1,4 +1,4 @@
-"""The sqlite3 shell: `.load` works, the SPEC section 7 example runs, errors surface."""
+"""The sqlite3 shell: `.load` works, the README's worker example runs, errors surface."""
 import json
 import os
 import re
@@ -8,7 +8,7 @@ from conftest import ROOT, connect, get, shell
 
 GENERATED_ID = re.compile(r"tq_[0-9A-HJKMNP-TV-Z]{26}")
 
-# SPEC.md section 7, verbatim.
+# The README's "a worker, in SQL" example, verbatim.
 README_EXAMPLE = """\
 .load ./dist/tinyq
 SELECT tq_add('replies', json_object('messageId', 41), '{"id": "reply:41"}');

@@ -17,7 +17,7 @@ import pytest
 from conftest import EXT, ROOT, add, claim, connect, get, one, pin
 
 T0 = 1_800_000_000_000          # a fixed "now" (2027-01-15), pinned with tq_clock
-LEASE = 30_000                  # the default lease (SPEC section 5)
+LEASE = 30_000                  # the default lease (docs/reference.md, tq_queue)
 
 
 def step_get(conn, job_id, name):
