@@ -41,6 +41,15 @@ check: $(EXT)
 	$(CARGO) clippy --release --all-targets -- -D warnings
 	$(PY) -m pytest -q tests/test_query_plans.py tests/test_docs.py
 
+# The long fuzz run (tests/test_fuzz.py): every function, random arguments and interleavings,
+# the store's invariants after each step, failures shrunk. FUZZ_SECONDS (default 600) and
+# FUZZ_EXAMPLES (programs per hypothesis run, default 200) make it longer or shorter.
+FUZZ_SECONDS ?= 600
+FUZZ_EXAMPLES ?= 200
+fuzz: $(EXT)
+	TINYQ_FUZZ_LONG=1 TINYQ_FUZZ_SECONDS=$(FUZZ_SECONDS) TINYQ_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) \
+	  $(PY) -m pytest -q -s tests/test_fuzz.py
+
 demo: $(EXT)
 	$(PY) examples/demo.py
 

@@ -16,8 +16,9 @@ and after every step the store's invariants hold (see `check_store`).
 
 The machine runs IN A SUBPROCESS (`/usr/bin/python3 tests/test_fuzz.py`), so a crash or an
 abort of the host shows up as a signal exit instead of killing pytest, and a hang as a
-timeout. Budget: about 25 s of fuzzing in a normal run; TINYQ_FUZZ_LONG=1 runs 10 minutes
-(TINYQ_FUZZ_SECONDS overrides both). A failure prints hypothesis's steps and seed.
+timeout. Budget: about 25 s of fuzzing in a normal run; TINYQ_FUZZ_LONG=1 (`make fuzz`) runs
+10 minutes and shrinks a failure (TINYQ_FUZZ_SECONDS overrides both; TINYQ_FUZZ_EXAMPLES sets
+hypothesis's max_examples per run). A failure prints hypothesis's steps and seed.
 """
 import faulthandler
 import json
@@ -41,7 +42,7 @@ T0 = 1_800_000_000_000
 DAY = 86_400_000
 # Hypothesis runs of EXAMPLES programs of up to STEPS steps each, repeated until the budget is
 # spent (a run's first programs are short: hypothesis starts from simple data).
-EXAMPLES, STEPS = 25, 50
+EXAMPLES, STEPS = int(os.environ.get("TINYQ_FUZZ_EXAMPLES") or 25), 50
 # tq_wait timeouts the fuzzer may use: invalid ones, and valid ones of a few ms at most.
 WAIT_TIMEOUTS = [0, 1, 2, "0ms", "2ms", "0.5ms", -1, "-1s", None, "2h", 3_600_001, "x", 1.5, b"1", "1e3s"]
 
@@ -575,3 +576,4 @@ def test_fuzz_every_function_in_a_subprocess():
                                  f"(the extension crashed or aborted the host):\n{tail}"
     assert proc.returncode == 0, f"fuzzing found a failure:\n{tail}"
     assert "no failure" in proc.stdout
+    print(proc.stdout)  # what was run, shown by `make fuzz` (pytest -s)

@@ -8,7 +8,7 @@ from conftest import ROOT, connect, get, shell
 
 GENERATED_ID = re.compile(r"tq_[0-9A-HJKMNP-TV-Z]{26}")
 
-# The README's "a worker, in SQL" example, verbatim.
+# The README's "Thirty seconds in the sqlite3 shell" example, verbatim.
 README_EXAMPLE = """\
 .load ./dist/tinyq
 SELECT tq_add('replies', json_object('messageId', 41), '{"id": "reply:41"}');
