@@ -15,11 +15,14 @@ mod load;
 mod stmt;
 mod vtab;
 
-pub use conn::{Conn, Depth};
-pub use error::{guard, prefixed, Error, Result, SQLITE_ERROR, SQLITE_INTERNAL, SQLITE_OK};
+// What the queue's modules use.
+pub use conn::Conn;
+pub use error::{Error, Result};
 pub use ffi::libversion;
 pub use func::{register as register_function, Body, DIRECT_ONLY, INNOCUOUS, TRIGGERS};
-pub use load::MIN_VERSION;
 pub use stmt::{Bind, Stmt};
 pub use value::{Out, Val};
 pub use vtab::{register as register_table, Rows, Statements, TableFn};
+
+// What the glue's own modules share.
+use error::{guard, prefixed, SQLITE_ERROR, SQLITE_OK};
