@@ -12,6 +12,13 @@ import time
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+T0 = 1_800_000_000_000          # a fixed "now" (2027-01-15T08:00:00Z), pinned with tq_clock
+SEC = 1000
+MIN = 60 * SEC
+HOUR = 60 * MIN
+DAY = 24 * HOUR
+LEASE = 30 * SEC                # the default lease (docs/reference.md, tq_queue)
 EXT = os.path.join(ROOT, "dist", "tinyq")          # SQLite adds the .so itself
 SO = EXT + ".so"
 
@@ -81,6 +88,11 @@ def settle(conn, job_id, attempt, outcome="done", value=None):
     if value is None:
         return one(conn, "SELECT tq_settle(?, ?, ?)", job_id, attempt, outcome)
     return one(conn, "SELECT tq_settle(?, ?, ?, ?)", job_id, attempt, outcome, value)
+
+def renew(conn, job_id, attempt, lease=None):
+    if lease is None:
+        return one(conn, "SELECT tq_renew(?, ?)", job_id, attempt)
+    return one(conn, "SELECT tq_renew(?, ?, ?)", job_id, attempt, lease)
 
 def ids(rows):
     return [r["id"] for r in rows]

@@ -14,44 +14,16 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from conftest import ROOT, claim, connect, get, one, run_python, snapshot
+from conftest import (DAY, HOUR, MIN, ROOT, SEC, T0, add, claim, connect, get, ids, one, pin, renew, run_python,
+                      settle, snapshot)
+from conftest import setq as set_queue
 
-T0 = 1_800_000_000_000          # 2027-01-15T08:00:00Z
 T0_ISO = "2027-01-15T08:00:00Z"
-SEC = 1000
-MIN = 60 * SEC
-HOUR = 60 * MIN
-DAY = 24 * HOUR
 
 GENERATED_ID = re.compile(r"tq_[0-9A-HJKMNP-TV-Z]{26}")
 
 
 # ---------------------------------------------------------------- helpers
-
-def pin(conn, ms):
-    """Pin this connection's clock (None unpins)."""
-    conn.execute("SELECT tq_clock(?)", (ms,)).fetchall()
-
-
-def add(conn, queue, payload="{}", **options):
-    if options:
-        return one(conn, "SELECT tq_add(?, ?, ?)", queue, payload, json.dumps(options))
-    return one(conn, "SELECT tq_add(?, ?)", queue, payload)
-
-
-def settle(conn, job_id, attempt, outcome, *value):
-    extra = ", ?" if value else ""
-    return one(conn, f"SELECT tq_settle(?, ?, ?{extra})", job_id, attempt, outcome, *value)
-
-
-def renew(conn, job_id, attempt, *lease):
-    extra = ", ?" if lease else ""
-    return one(conn, f"SELECT tq_renew(?, ?{extra})", job_id, attempt, *lease)
-
-
-def set_queue(conn, name, **settings):
-    return json.loads(one(conn, "SELECT tq_queue(?, ?)", name, json.dumps(settings)))
-
 
 def read_queue(conn, name):
     text = one(conn, "SELECT tq_queue(?)", name)
@@ -61,10 +33,6 @@ def read_queue(conn, name):
 def tinyq_tables(conn):
     return [r[0] for r in conn.execute(
         "SELECT name FROM sqlite_master WHERE name LIKE 'tinyq%'")]
-
-
-def ids(rows):
-    return [r["id"] for r in rows]
 
 
 def claim_one(conn, queue, worker="w1", options=None):

@@ -9,9 +9,8 @@ import sqlite3
 
 import pytest
 
-from conftest import claim, connect, get, one, run_python, snapshot
+from conftest import T0, claim, connect, get, one, run_python, snapshot
 
-T0 = 1_800_000_000_000
 BIG = 2**63 - 1
 SMALL = -2**63
 

@@ -19,10 +19,8 @@ import time
 
 import pytest
 
-from conftest import add, claim, connect, get, ids, one, pin, setq, settle, watch_all
+from conftest import T0, add, claim, connect, get, ids, one, pin, setq, settle, watch_all
 from proc_worker import spawn, wait_all
-
-T0 = 1_800_000_000_000          # a fixed "now" (2027-01-15), pinned with tq_clock
 
 
 def window_violations(times, n, w):

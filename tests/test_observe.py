@@ -14,23 +14,11 @@ import time
 
 import pytest
 
-from conftest import EXT, ROOT, add, claim, connect, get, one, pin, run_python
-
-T0 = 1_800_000_000_000          # a fixed "now" (2027-01-15), pinned with tq_clock
-S = 1_000
-M = 60 * S
-H = 60 * M
-D = 24 * H
-LEASE = 30 * S                  # default lease
+from conftest import EXT, LEASE, ROOT, T0, add, claim, connect, get, one, pin, run_python, settle
+from conftest import DAY as D, HOUR as H, MIN as M, SEC as S
 
 
 # --------------------------------------------------------------------------- helpers
-
-
-def settle(conn, job_id, attempt, outcome, value=None):
-    if value is None:
-        return one(conn, "SELECT tq_settle(?, ?, ?)", job_id, attempt, outcome)
-    return one(conn, "SELECT tq_settle(?, ?, ?, ?)", job_id, attempt, outcome, value)
 
 
 def progress(conn, job_id, attempt, value):

@@ -19,7 +19,7 @@ import sys
 
 import pytest
 
-from conftest import EXT, ROOT, add, claim, connect, one, pin, setq
+from conftest import DAY, EXT, ROOT, T0, add, claim, connect, one, pin, setq
 
 # (fragment of the statement's SQL, fragment of the plan step, why it is fine)
 ALLOWED = [
@@ -48,9 +48,6 @@ ALLOWED = [
 
 # Plan steps that are never a cost: a constant row, or a search.
 BAD = re.compile(r"^(SCAN (?!CONSTANT ROW)|USE TEMP B-TREE)")
-
-T0 = 1_795_953_600_000  # 2026-11-29T12:00:00Z
-
 
 # Another process claims a job and exits without settling: its lease has a dead holder.
 DIES_HOLDING = """
@@ -160,7 +157,7 @@ def workload(conn, path):
     one(conn, "SELECT tq_debug()")
 
     # Past every retention window: the sweeps, by hand and by the claims.
-    pin(conn, T0 + 30 * 86_400_000)
+    pin(conn, T0 + 30 * DAY)
     for _ in range(4):
         claim(conn, "q", "w8", 1)
     one(conn, "SELECT tq_sweep()")

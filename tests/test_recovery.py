@@ -17,16 +17,8 @@ import statistics
 import subprocess
 import time
 
-from conftest import add, claim, connect, get, ids, one, pin, run_python, setq, settle, watch_all
+from conftest import T0, add, claim, connect, get, ids, one, pin, renew, run_python, setq, settle, watch_all
 from proc_worker import Holder, spawn, wait_all
-
-T0 = 1_800_000_000_000          # a fixed "now" (2027-01-15), pinned with tq_clock
-
-
-def renew(conn, job_id, attempt, lease=None):
-    if lease is None:
-        return one(conn, "SELECT tq_renew(?, ?)", job_id, attempt)
-    return one(conn, "SELECT tq_renew(?, ?, ?)", job_id, attempt, lease)
 
 
 CLAIM_IN_NEW_PROCESS = r"""

@@ -14,10 +14,7 @@ import time
 
 import pytest
 
-from conftest import EXT, ROOT, add, claim, connect, get, one, pin
-
-T0 = 1_800_000_000_000          # a fixed "now" (2027-01-15), pinned with tq_clock
-LEASE = 30_000                  # the default lease (docs/reference.md, tq_queue)
+from conftest import EXT, LEASE, ROOT, T0, add, claim, connect, get, one, pin, settle
 
 
 def step_get(conn, job_id, name):
@@ -26,12 +23,6 @@ def step_get(conn, job_id, name):
 
 def step_put(conn, job_id, attempt, name, value):
     return one(conn, "SELECT tq_step_put(?, ?, ?, ?)", job_id, attempt, name, value)
-
-
-def settle(conn, job_id, attempt, outcome, value=None):
-    if value is None:
-        return one(conn, "SELECT tq_settle(?, ?, ?)", job_id, attempt, outcome)
-    return one(conn, "SELECT tq_settle(?, ?, ?, ?)", job_id, attempt, outcome, value)
 
 
 def steps_rows(conn):
