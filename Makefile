@@ -4,7 +4,7 @@ PY ?= /usr/bin/python3
 CARGO ?= cargo
 EXT := dist/tinyq.so
 
-.PHONY: all loadable deps check fuzz demo test test-rust test-python test-python-current test-node test-cluster bench bench-quick clean \
+.PHONY: all loadable deps demo test test-rust test-python test-python-current test-node test-cluster bench bench-quick clean \
 	install uninstall wheel npm-pack test-npm-package
 
 all: loadable
@@ -36,6 +36,7 @@ $(EXT): deps $(shell find src sql -type f 2>/dev/null) Cargo.toml build.rs
 
 # Format, lints (Cargo.toml [lints]: pedantic, each exemption justified) and the checks of
 # the repository itself: query plans pinned, docs self-contained. Under a minute after `make`.
+.PHONY: check fuzz
 check: $(EXT)
 	$(CARGO) fmt --check
 	$(CARGO) clippy --release --all-targets -- -D warnings

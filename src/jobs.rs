@@ -30,7 +30,7 @@ fn parse_add(args: &[Val]) -> Result<NewJob> {
         id: opts.text("id")?,
         at: opts.time("at")?,
         delay: opts.duration("delay")?,
-        priority: opts.int("priority", i64::from(i32::MIN), i64::from(i32::MAX))?.unwrap_or(0),
+        priority: opts.int("priority", i32::MIN as i64, i32::MAX as i64)?.unwrap_or(0),
         group: opts.text("group")?,
         attempts: opts.int("attempts", 1, 1_000_000)?,
     };

@@ -4,7 +4,8 @@
 use std::time::Duration;
 
 use crate::claim;
-use crate::sqlite::{Conn, Out, Result, Val};
+use crate::conn::Conn;
+use crate::ffi::{Out, Result, Val};
 use crate::{options, queues, schema, time};
 
 /// The longest a single tq_wait may block.

@@ -7,9 +7,10 @@ import json
 import os
 import sqlite3
 
-from conftest import DAY, ROOT, claim, connect, get, one
+from conftest import ROOT, claim, connect, get, one
 
 NOW = 1_900_000_000_000
+DAY = 86_400_000
 
 
 def v1_store(path):

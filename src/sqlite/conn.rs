@@ -152,7 +152,7 @@ impl Conn {
     }
 
     /// Finalizes every cached statement (the connection is closing).
-    pub(super) fn clear_cache(&self) {
+    pub fn clear_cache(&self) {
         for (_, stmts) in self.cache.borrow_mut().drain() {
             for raw in stmts {
                 unsafe { sql!(finalize(raw)) };
@@ -161,17 +161,13 @@ impl Conn {
     }
 
     /// The statements held in the cache, for `tq_statements`.
-    pub(super) fn cached_sql(&self) -> Vec<(String, i64)> {
+    pub fn cached_sql(&self) -> Vec<(String, i64)> {
         let mut v: Vec<_> = self.cache.borrow().iter().map(|(s, l)| (s.0.to_string(), l.len() as i64)).collect();
         v.sort();
         v
     }
 
-    /// Resets `raw` and keeps it for the next `prepare` of `sql`.
-    ///
-    /// # Safety
-    /// `raw` is a statement this connection prepared from `sql`, no longer used elsewhere.
-    pub(super) unsafe fn give_back(&self, sql: &'static str, raw: *mut sqlite3_stmt) {
+    pub(crate) fn give_back(&self, sql: &'static str, raw: *mut sqlite3_stmt) {
         unsafe {
             sql!(reset(raw));
             sql!(clear_bindings(raw));

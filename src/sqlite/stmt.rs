@@ -97,8 +97,7 @@ impl Stmt<'_> {
 
 impl Drop for Stmt<'_> {
     fn drop(&mut self) {
-        // SAFETY: see the `raw` field.
-        unsafe { self.conn.give_back(self.sql, self.raw) };
+        self.conn.give_back(self.sql, self.raw);
     }
 }
 
