@@ -454,3 +454,56 @@ def test_CRON_01_REP_01_two_stores_running_the_same_statements_stay_identical(tm
     assert len(results[0][9]) > 10     # the gap added jobs
     assert snapshot(stores[0]) == snapshot(stores[1])
     assert len(snapshot(stores[0])["tinyq_schedules"]) == 2
+
+
+# --------------------------------------------------------------------------- helpers
+
+def tinyq_module():
+    import sys
+    sys.path.insert(0, os.path.join(ROOT, "python"))
+    import tinyq
+    return tinyq
+
+
+def test_CRON_01_python_helper_schedule_unschedule_schedules(db_path):
+    tinyq = tinyq_module()
+    q = tinyq.Queue(db_path, "mail")
+    pin(q.conn, ms("2026-11-30T07:00:00Z"))
+    s = q.schedule("digest", "0 9 * * mon", {"kind": "weekly-digest"}, tz="Europe/Paris",
+                   meta={"team": "growth"}, priority=3)
+    assert (s["queue"], s["tz"], s["payload"], s["meta"], s["priority"]) == \
+        ("mail", "Europe/Paris", {"kind": "weekly-digest"}, {"team": "growth"}, 3)
+    tinyq.Queue(q.conn, "other").schedule("elsewhere", "@hourly", "{}")
+    assert [(x["name"], x["when"], x["next_at"], x["paused"]) for x in q.schedules()] == \
+        [("digest", "0 9 * * mon", ms("2026-11-30T08:00:00Z"), False)]
+    pin(q.conn, ms("2026-11-30T08:00:00Z"))
+    (row,) = claim(q.conn, "mail", "w", 10)
+    assert row["id"] == "digest@2026-11-30T08:00:00Z"
+    with pytest.raises(sqlite3.OperationalError, match="^tq_schedule: option \"tz\": unknown time zone 'Paris'"):
+        q.schedule("digest", "0 9 * * mon", {}, tz="Paris")
+    assert q.unschedule("digest") is True and q.unschedule("digest") is False
+    assert q.schedules() == []
+    q.close()
+
+
+def test_CRON_01_python_worker_runs_a_schedules_jobs(db_path):
+    """End to end on the real clock: a schedule and Queue.work, which wakes for due times."""
+    import threading
+    tinyq = tinyq_module()
+    q = tinyq.Queue(db_path, "ticks")
+    q.schedule("tick", "@every 200ms", {"n": 1}, meta={"source": "cron"})
+    seen = []
+
+    def handler(payload, run):
+        seen.append((run.id, payload))
+        if len(seen) >= 3:
+            q.stop()
+
+    thread = threading.Thread(target=q.work, args=(handler,), kwargs={"poll": 5.0}, daemon=True)
+    thread.start()
+    thread.join(30)
+    assert not thread.is_alive(), "the worker did not get three scheduled jobs"
+    assert all(i.startswith("tick@") and p == {"n": 1} for i, p in seen)
+    assert len({i for i, _ in seen}) == len(seen)
+    assert q.get(seen[0][0])["meta"] == {"source": "cron"}
+    q.close()
