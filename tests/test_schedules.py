@@ -507,3 +507,36 @@ def test_CRON_01_python_worker_runs_a_schedules_jobs(db_path):
     assert len({i for i, _ in seen}) == len(seen)
     assert q.get(seen[0][0])["meta"] == {"source": "cron"}
     q.close()
+
+
+# --------------------------------------------------------------------------- claim cost
+
+def test_CRON_01_the_claims_schedule_lookup_is_an_index_search(db):
+    """What a claim adds for schedules is one statement; it must seek the index on
+    (queue, next_at), not scan the schedules, so a claim does not slow down with the
+    schedules of other queues. The statement is read back from tq_statements (the SQL this
+    connection keeps prepared), as the claim ran it."""
+    for k in range(200):
+        schedule(db, f"s{k}", f"other{k % 7}", "@hourly")
+    claim(db, "q", "w", 1)
+    (lookup,) = [sql for sql, _ in db.execute("SELECT sql, cached FROM tq_statements")
+                 if "FROM tinyq_schedules" in sql and "next_at <= ?2" in sql]
+    plan = " ".join(r[3] for r in db.execute("EXPLAIN QUERY PLAN " + lookup, ("q", 0)))
+    assert "USING INDEX tinyq_schedules_due (queue=? AND next_at<?)" in plan, plan
+    assert "SCAN" not in plan, plan
+
+
+@pytest.mark.parametrize("tz,when,created,claimed,expected", [
+    ("America/New_York", "30 1 * * *", "2026-10-30T12:00:00Z", "2026-11-03T12:00:00Z",
+     ["2026-10-31T05:30:00Z", "2026-11-01T05:30:00Z", "2026-11-02T06:30:00Z", "2026-11-03T06:30:00Z"]),
+    ("Europe/Paris", "30 2 * * *", "2026-03-27T12:00:00Z", "2026-03-30T12:00:00Z",
+     ["2026-03-28T01:30:00Z", "2026-03-29T01:00:00Z", "2026-03-30T00:30:00Z"]),
+])
+def test_CRON_01_missed_all_across_a_transition_adds_what_the_days_would_have(db, tz, when, created, claimed,
+                                                                            expected):
+    """A gap over a DST change, caught up with missed='all', adds the same due times as
+    claims on every day would have (the walk back from now agrees with the walk forward)."""
+    pin(db, ms(created))
+    schedule(db, "n", "q", when, tz=tz, missed="all")
+    pin(db, ms(claimed))
+    assert taken(db, "q") == ["n@" + t for t in expected]
