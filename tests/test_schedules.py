@@ -280,27 +280,31 @@ def test_CRON_01_a_job_of_a_due_time_still_present_is_not_added_again(db):
 CLAIMER = r"""
 import json, sys, time
 from conftest import connect, one, claim, settle
-db_path, start, t0, steps = sys.argv[1], float(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+db_path, start, t0, slots = sys.argv[1], float(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
 db = connect(db_path, 30000)
 got = []
 while time.monotonic() < start:
-    pass
-for k in range(steps):
+    time.sleep(0.001)
+while True:
+    # Real time is cut in 10 ms slots, the same for every process (time.monotonic is
+    # system-wide); with t0, slot k is the pinned instant t0 + k minutes.
+    k = int((time.monotonic() - start) * 100)
+    if k >= slots:
+        break
     if t0:
-        one(db, "SELECT tq_clock(?)", t0 + k * 60_000)   # every process claims at the same instants
+        one(db, "SELECT tq_clock(?)", t0 + k * 60_000)
     for row in claim(db, "q", "w", 50):
         got.append(row["id"])
         settle(db, row["id"], row["attempt"])
-    if not t0:
-        time.sleep(0.01)
+    time.sleep(0.001)
 print(json.dumps(got))
 """
 
 
-def run_claimers(db_path, t0, steps, n=4):
+def run_claimers(db_path, t0, slots, n=4):
     env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "tests"))
     start = time.monotonic() + 1.0          # a shared instant: time.monotonic is system-wide
-    procs = [subprocess.Popen(["/usr/bin/python3", "-c", CLAIMER, db_path, str(start), str(t0), str(steps)],
+    procs = [subprocess.Popen(["/usr/bin/python3", "-c", CLAIMER, db_path, str(start), str(t0), str(slots)],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
              for _ in range(n)]
     outs = []
@@ -320,20 +324,23 @@ def test_CRON_01_four_processes_claiming_at_the_same_instants_add_each_due_time_
     schedule(db, "every-minute", "q", "* * * * *", missed="all")
     schedule(db, "every-2m", "q", "*/2 * * * *", missed="all")
     outs = run_claimers(db_path, t0, 40)
+    # Had every process missed the last slots (a loaded machine), their due times are added now.
+    pin(db, t0 + 39 * 60_000)
+    outs.append(taken(db, "q"))
     claimed = [i for out in outs for i in out]
     expected = {f"every-minute@{iso(t0 + k * 60_000)}" for k in range(1, 40)} | \
                {f"every-2m@{iso(t0 + k * 60_000)}" for k in range(2, 40, 2)}
     assert len(claimed) == len(set(claimed)), "a job was claimed twice"
     assert set(claimed) == expected
     assert set(job_ids(db, "q")) == expected
-    assert sum(1 for out in outs if out) >= 2, "the processes did not overlap"
+    assert sum(1 for out in outs[:4] if out) >= 2, "the processes did not overlap"
 
 
 def test_CRON_01_four_processes_on_the_real_clock_add_each_due_time_once(db, db_path):
     start = int(time.time() * 1000)
     s = schedule(db, "fast", "q", "@every 100ms", missed="all")
     first = s["next_at"]
-    outs = run_claimers(db_path, 0, 150)       # about 2.5 s of claiming, every 10 ms each
+    outs = run_claimers(db_path, 0, 150)       # 1.5 s of claiming, every millisecond or so each
     claimed = [i for out in outs for i in out]
     assert len(claimed) == len(set(claimed)), "a job was claimed twice"
     times = sorted(get(db, i)["run_at"] for i in job_ids(db, "q"))
