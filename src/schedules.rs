@@ -190,8 +190,10 @@ pub fn add_due(conn: &Conn, queue: &str, now: i64) -> Result<()> {
         let mut last = None;
         for at in timing.due(next_at, now, sched.missed) {
             let id = format!("{}@{}", sched.name, cron::iso(at));
-            jobs::insert(conn, &sched.job(&id, at), now)?;
-            last = Some((at, id));
+            // An id still present (its job kept for its window) adds nothing: the ids guard too.
+            if jobs::insert(conn, &sched.job(&id, at), now)? {
+                last = Some((at, id));
+            }
         }
         let (last_at, last_id) = last.unzip();
         conn.exec(
