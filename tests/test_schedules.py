@@ -234,6 +234,19 @@ def test_CRON_01_replaced_schedule_adds_nothing_more_of_the_old_one(db):
     assert one(db, "SELECT count(*) FROM tq_schedules") == 1
 
 
+def test_CRON_01_redeclaring_after_the_clock_was_set_back_starts_from_now(db):
+    """A schedule made while the clock was a year ahead would wait that year; declaring it
+    again (as an application does at start-up) starts from the clock as it is now."""
+    pin(db, ms("2027-12-01T10:00:00Z"))
+    schedule(db, "d", "q", "0 8 * * *")
+    pin(db, ms("2026-12-01T10:00:00Z"))
+    assert schedule(db, "d", "q", "0 8 * * *")["next_at"] == ms("2026-12-02T08:00:00Z")
+    # With the clock going forward, a redeclaration keeps the due time (no run lost).
+    pin(db, ms("2026-12-02T09:00:00Z"))
+    assert schedule(db, "d", "q", "0 8 * * *")["next_at"] == ms("2026-12-02T08:00:00Z")
+    assert taken(db, "q") == ["d@2026-12-02T08:00:00Z"]
+
+
 def test_CRON_01_removed_schedule_adds_nothing_and_its_jobs_stay(db):
     t0 = ms("2026-12-01T10:00:00Z")
     pin(db, t0)
