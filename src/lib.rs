@@ -6,11 +6,13 @@
 #[macro_use]
 pub mod sqlite;
 pub mod claim;
+pub mod cron;
 pub mod holders;
 pub mod jobs;
 pub mod options;
 pub mod queues;
 pub mod random;
+pub mod schedules;
 pub mod schema;
 pub mod settle;
 pub mod steps;
@@ -47,6 +49,8 @@ const SCALARS: &[(&str, c_int, c_int, sqlite::Body)] = &[
     ("tq_step_put", -1, DIRECT_ONLY, steps::tq_step_put),
     ("tq_progress", -1, DIRECT_ONLY, steps::tq_progress),
     ("tq_wait", -1, DIRECT_ONLY, watch::tq_wait),
+    ("tq_schedule", -1, DIRECT_ONLY, schedules::tq_schedule),
+    ("tq_unschedule", -1, DIRECT_ONLY, schedules::tq_unschedule),
     ("tq_queue", 1, INNOCUOUS, queues::tq_queue),
     ("tq_queue", 2, DIRECT_ONLY, queues::tq_queue),
     ("tq_queue", -1, DIRECT_ONLY, queues::tq_queue),
@@ -66,6 +70,7 @@ pub fn register(conn: &Rc<Conn>) -> Result<()> {
     register_table::<tables::Watch>(conn)?;
     register_table::<tables::Jobs>(conn)?;
     register_table::<tables::Stats>(conn)?;
+    register_table::<tables::Schedules>(conn)?;
     register_table::<sqlite::Statements>(conn)?;
     Ok(())
 }

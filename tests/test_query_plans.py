@@ -40,6 +40,8 @@ ALLOWED = [
      "tinyq_queues has one row per queue; tq_stats and the sweep list them all"),
     ("WHERE seq IN (SELECT value FROM json_each(?1))", "SCAN json_each VIRTUAL TABLE",
      "the claim's own list of picked jobs (at most n), each then found by its primary key"),
+    ("FROM tinyq_schedules ORDER BY name", "SCAN tinyq_schedules",
+     "tq_schedules lists every schedule: the scan is the answer, in name order by the primary key"),
     ("FROM sqlite_master WHERE type = 'table' AND name = 'tinyq_meta'", "SCAN sqlite_master",
      "is there a store? SQLite's schema table: a few rows, read until the store is known on this connection"),
     ("UPDATE tinyq_meta SET value = value WHERE 0", "SCAN tinyq_meta",
