@@ -9,10 +9,12 @@ pub mod func;
 pub mod holders;
 pub mod jobs;
 pub mod options;
+pub mod pages;
 pub mod queues;
 pub mod random;
 pub mod schema;
 pub mod settle;
+pub mod step_list;
 pub mod steps;
 pub mod stmt;
 pub mod sweep;
@@ -60,6 +62,7 @@ fn register(db: *mut sqlite3) -> Result<()> {
     vtab::register::<tables::Watch>(db, &conn)?;
     vtab::register::<tables::Jobs>(db, &conn)?;
     vtab::register::<tables::Stats>(db, &conn)?;
+    vtab::register::<step_list::Steps>(db, &conn)?;
     vtab::register::<vtab::Statements>(db, &conn)?;
     Ok(())
 }

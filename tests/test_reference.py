@@ -50,6 +50,7 @@ TABLES = {
     "tq_watch": "innocuous",
     "tq_jobs": "innocuous",
     "tq_stats": "innocuous",
+    "tq_steps": "innocuous",
     "tq_statements": "innocuous",
 }
 
