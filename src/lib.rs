@@ -13,6 +13,7 @@ pub mod options;
 pub mod pages;
 pub mod queues;
 pub mod random;
+pub mod schedule_get;
 pub mod schedules;
 pub mod schema;
 pub mod settle;
@@ -46,6 +47,7 @@ const SCALARS: &[(&str, c_int, c_int, func::Body)] = &[
     ("tq_progress", -1, DIRECT_ONLY, steps::tq_progress),
     ("tq_wait", -1, DIRECT_ONLY, watch::tq_wait),
     ("tq_schedule", -1, DIRECT_ONLY, schedules::tq_schedule),
+    ("tq_schedule_get", -1, INNOCUOUS, schedule_get::tq_schedule_get),
     ("tq_unschedule", -1, DIRECT_ONLY, schedules::tq_unschedule),
     ("tq_queue", 1, INNOCUOUS, queues::tq_queue),
     ("tq_queue", 2, DIRECT_ONLY, queues::tq_queue),
