@@ -21,6 +21,7 @@ deps:
 	command -v valgrind >/dev/null 2>&1 || missing="$$missing valgrind"; \
 	command -v node >/dev/null 2>&1 || missing="$$missing nodejs npm"; \
 	command -v chromedriver >/dev/null 2>&1 || missing="$$missing chromium chromium-driver"; \
+	$(PY) -c 'import prometheus_client' >/dev/null 2>&1 || missing="$$missing python3-prometheus-client"; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing:$$missing"; \
 	  (apt-get update -qq || true) && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
