@@ -4,7 +4,7 @@ PY ?= /usr/bin/python3
 CARGO ?= cargo
 EXT := dist/tinyq.so
 
-.PHONY: all loadable deps demo test test-rust test-python test-python-current test-node test-cluster bench bench-quick clean \
+.PHONY: all loadable deps demo test test-rust test-python test-python-current test-node test-cluster bench bench-quick screenshots clean \
 	install uninstall wheel npm-pack test-npm-package
 
 all: loadable
@@ -76,6 +76,10 @@ bench: $(EXT)
 bench-quick: $(EXT)
 	$(PY) bench/lifecycle.py --quick
 	$(PY) bench/peers.py --quick
+
+# docs/dashboard.png, dashboard-lists.png and dashboard-job.png, from the headless Chromium test.
+screenshots: $(EXT)
+	TINYQ_SCREENSHOTS=docs $(PY) -m pytest -q tests/test_dashboard.py -k chromium
 
 PREFIX ?= /usr/local
 LIBDIR ?= $(PREFIX)/lib

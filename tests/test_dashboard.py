@@ -277,7 +277,7 @@ class Browser:
         args = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
                 "--no-first-run", "--disable-background-networking",
                 "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage",
-                "--window-size=1100,1000", "--user-data-dir=" + os.path.join(workdir, "profile")]
+                "--window-size=1100,1300", "--user-data-dir=" + os.path.join(workdir, "profile")]
         caps = {"browserName": "chrome",
                 "goog:chromeOptions": {"binary": CHROMIUM, "args": args}}
         self.session = "/session/" + \
@@ -316,6 +316,10 @@ class Browser:
                              {"using": "css selector", "value": css})
         self._call("POST", self.session + "/element/%s/click" % next(iter(element.values())), {})
 
+    def type(self, css, text):
+        element = self._call("POST", self.session + "/element", {"using": "css selector", "value": css})
+        self._call("POST", self.session + "/element/%s/value" % next(iter(element.values())), {"text": text})
+
     def screenshot(self):
         return base64.b64decode(self._call("GET", self.session + "/screenshot"))
 
@@ -325,6 +329,16 @@ class Browser:
         finally:
             self.driver.terminate()
             self.driver.wait(timeout=10)
+
+
+def save(browser, tmp_path, name):
+    """A screenshot, kept in the test's folder and, with TINYQ_SCREENSHOTS=dir, there too."""
+    png = browser.screenshot()
+    assert png.startswith(b"\x89PNG")
+    (tmp_path / name).write_bytes(png)
+    if os.environ.get("TINYQ_SCREENSHOTS"):
+        with open(os.path.join(os.environ["TINYQ_SCREENSHOTS"], name), "wb") as f:
+            f.write(png)
 
 
 @pytest.mark.skipif(not (os.path.exists(CHROMIUM) and os.path.exists(CHROMEDRIVER)),
@@ -339,6 +353,7 @@ def test_the_page_in_headless_chromium(dashboard, db, tmp_path):
         assert '{"page": 3, "of": 12}' in browser.text("running")
         assert "SMTP 550: mailbox unavailable" in browser.text("failed")
         assert browser.js("return document.querySelectorAll('#chart rect').length") == 120
+        assert "nightly-report" in browser.text("schedules") and "paused" in browser.text("schedules")
 
         # A job that fails after the page opened shows up by itself (the page refreshes).
         one(db, "SELECT tq_add('webhooks', '{}', '{\"id\": \"hook:77\", \"attempts\": 1}')")
@@ -346,17 +361,78 @@ def test_the_page_in_headless_chromium(dashboard, db, tmp_path):
         one(db, "SELECT tq_settle('hook:77', 1, 'error', 'HTTP 502 from hooks.example.com')")
         browser.wait_for("hook:77", lambda: "hook:77" in browser.text("failed"))
         assert "webhooks" in browser.text("queues")
-        png = browser.screenshot()
-        assert png.startswith(b"\x89PNG")
-        (tmp_path / "dashboard.png").write_bytes(png)
-        if os.environ.get("TINYQ_DASHBOARD_PNG"):
-            with open(os.environ["TINYQ_DASHBOARD_PNG"], "wb") as f:
-                f.write(png)
+        browser.js("window.scrollTo(0, 0)")
+        save(browser, tmp_path, "dashboard.png")
 
-        # Its Retry button brings it back: waiting again, and gone from the failed list.
-        browser.click('button[data-id="hook:77"]')
-        browser.wait_for("hook:77 retried", lambda: "hook:77" not in browser.text("failed"))
-        assert get(db, "hook:77")["state"] == "waiting"
+        # The failed jobs of a queue: its count in the queues table opens that list.
+        browser.click('a[data-list="reports:failed"]')
+        browser.wait_for("the failed reports", lambda: "report:q3" in browser.text("jobs"))
+        assert "Jobs · reports · failed" in browser.text("jobs-title")
+        assert "renderer crashed" in browser.text("jobs")
+        browser.js("document.getElementById('jobs-title').scrollIntoView()")
+        save(browser, tmp_path, "dashboard-lists.png")
+
+        # Open the failed job from the list and read its timeline.
+        browser.click('#jobs a[data-id="report:q3"]')
+        browser.wait_for("the job's timeline", lambda: "report-worker-2" in browser.text("job-timeline"))
+        assert browser.js("return location.pathname") == "/job/report%3Aq3"
+        assert browser.text("job-state") == "failed"
+        timeline = browser.text("job-timeline")
+        for words in ("running", "progress", "report-worker-1", "timeout talking to the renderer",
+                      '{"page":7,"of":12}', "failed"):
+            assert words in timeline, words
+        assert "fetch-rows" in browser.text("job-steps") and "pages 1-6" in browser.text("job-steps")
+        assert '"requested_by": "ada"' in browser.text("job-meta")
+        assert '"quarter": "Q3"' in browser.text("job-payload")
+        assert "2 of 2 charged" in browser.text("job-fields")
+        save(browser, tmp_path, "dashboard-job.png")
+
+        # Retry it: asked first; then it is waiting again.
+        browser.click('button[data-retry="report:q3"]')
+        browser.wait_for("the question", lambda: browser.js("return document.getElementById('confirm').open"))
+        assert "Retry job report:q3?" in browser.text("confirm-text")
+        browser.click("#confirm-yes")
+        browser.wait_for("report:q3 waiting", lambda: browser.text("job-state") == "waiting")
+        assert get(db, "report:q3")["state"] == "waiting"
+        assert "waiting" in browser.text("job-timeline").splitlines()[-1]
+
+        # Cancel a running one, from the front page; "Keep as is" first changes nothing.
+        browser.go(dashboard)
+        browser.wait_for("the running jobs", lambda: "invoice-pdf:1041" in browser.text("running"))
+        browser.click('#running button[data-cancel="invoice-pdf:1041"]')
+        browser.wait_for("the question", lambda: browser.js("return document.getElementById('confirm').open"))
+        browser.click("#confirm-no")
+        assert get(db, "invoice-pdf:1041")["state"] == "running"
+        browser.click('#running button[data-cancel="invoice-pdf:1041"]')
+        browser.wait_for("the question", lambda: browser.js("return document.getElementById('confirm').open"))
+        browser.click("#confirm-yes")
+        browser.wait_for("invoice-pdf:1041 gone", lambda: "invoice-pdf:1041" not in browser.text("running"))
+        assert get(db, "invoice-pdf:1041") is None
+
+        # Pause a queue.
+        browser.click('button[data-pause="emails"]')
+        browser.wait_for("the question", lambda: browser.js("return document.getElementById('confirm').open"))
+        browser.click("#confirm-yes")
+        browser.wait_for("emails paused", lambda: "paused" in browser.js(
+            "return document.querySelector('td[data-queue=\"emails\"]').parentNode.innerText"))
+        assert json.loads(one(db, "SELECT tq_queue('emails')"))["paused"] is True
+
+        # Page through a list: the second page has other jobs.
+        browser.click('a[data-list="emails:done"]')
+        browser.wait_for("the done emails", lambda: "page 1" in browser.text("page-number")
+                         and "done" in browser.text("jobs-title"))
+        first = browser.js("return [...document.querySelectorAll('#jobs a')].map(a => a.dataset.id)")
+        assert len(first) == 50
+        browser.click("#page-next")
+        browser.wait_for("page 2", lambda: "page 2" in browser.text("page-number"))
+        second = browser.js("return [...document.querySelectorAll('#jobs a')].map(a => a.dataset.id)")
+        assert second and not set(first) & set(second)
+
+        # Paste an id into the search box: its page opens.
+        browser.type("#search-text", "welcome:ada")
+        browser.click("#search button")
+        browser.wait_for("welcome:ada's page", lambda: browser.js("return location.pathname") == "/job/welcome%3Aada")
+        browser.wait_for("its timeline", lambda: "SMTP 550" in browser.text("job-timeline"))
         assert not browser.text("status").startswith("could not")
     finally:
         browser.close()
