@@ -160,6 +160,11 @@ def test_a_job_and_the_lists_over_http(dashboard, db):
         ("scheduled", 1, "report-worker-1"), ("waiting", 1, "report-worker-1"),
         ("running", 2, "report-worker-2"), ("progress", 2, "report-worker-2"), ("failed", 2, "report-worker-2")]
     assert story["timeline"][3]["detail"] == "timeout talking to the renderer"
+    # The page asks only for the events after the last one it has.
+    status, later = http(dashboard + "api/job/report%%3Aq3?since=%d" % story["timeline"][5]["seq"])
+    assert [(e["state"], e["worker"]) for e in later["timeline"]] == \
+        [("progress", "report-worker-2"), ("failed", "report-worker-2")]
+    assert http(dashboard + "api/job/report%3Aq3?since=x")[0] == 400
     assert http(dashboard + "api/job/nobody") == (404, {"error": "no job 'nobody'"})
 
     # Pages of a list: 50 at a time, continued by `next`, each job once.

@@ -7,7 +7,7 @@ through tinyq's own functions (tq_cancel, tq_retry, tq_queue).
     GET  /  and  /job/<id>     the page (the job's page is the same page, routed by path)
     GET  /api/state            {db, now, queues (tq_stats + settings), running, failed, chart, schedules}
     GET  /api/jobs?queue=Q&state=S[&group=G][&prefix=P][&after=ID][&limit=N]   {jobs, next}
-    GET  /api/job/<id>         {job (tq_get), steps (tq_steps), timeline (tq_watch of the job)}
+    GET  /api/job/<id>[?since=SEQ]   {job (tq_get), steps (tq_steps), timeline (its events after SEQ)}
     GET  /metrics              Prometheus text format
     POST /api/cancel  {"id": ID}                       -> {"cancelled": true or false}
     POST /api/retry   {"id": ID} or {"queue": Q}       -> {"retried": true or false} or {"retried": n}
@@ -132,9 +132,13 @@ class Store:
                 raise
             return dict(page, now=one(self.conn, "SELECT tq_now()"))
 
-    def job(self, job_id):
+    def job(self, job_id, since="0"):
+        """The job's story; its page asks for the events after the last one it has, so that
+        only the first look reads the whole event log."""
+        if not since.isdigit():
+            raise BadRequest("since must be a seq")
         with self.lock:
-            story = views.job_story(self.conn, job_id)
+            story = views.job_story(self.conn, job_id, int(since))
             if story is None:
                 raise BadRequest("no job %r" % job_id, 404)
             return dict(story, now=one(self.conn, "SELECT tq_now()"))
@@ -278,7 +282,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
             self._answer(lambda: store.jobs(urllib.parse.parse_qs(url.query)))
         elif path.startswith("/api/job/"):
             job_id = urllib.parse.unquote(path[len("/api/job/"):])
-            self._answer(lambda: store.job(job_id))
+            since = urllib.parse.parse_qs(url.query).get("since", ["0"])[0]
+            self._answer(lambda: store.job(job_id, since))
         elif path == "/metrics":
             self._answer(store.metrics, "text/plain; version=0.0.4; charset=utf-8")
         else:

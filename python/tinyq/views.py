@@ -16,21 +16,27 @@ def dicts(conn, sql, *args):
     return [dict(zip(cols, row)) for row in cur]
 
 
-def job_story(conn, job_id):
+def job_story(conn, job_id, since=0):
     """None when there is no such job, else {job, steps, timeline}: tq_get's object, the
-    steps kept, and every event of the job. The event log keeps the worker only on an
-    attempt's `running` event (its detail), so each event shows the worker of its attempt."""
+    steps kept, and the job's events after `since` (every event, with 0). The event log keeps
+    the worker only on an attempt's `running` event (its detail), so each event shows the
+    worker of its attempt (for the current attempt, tq_get's worker; else None if that
+    attempt's running event is not among these)."""
     text = conn.execute("SELECT tq_get(?)", (job_id,)).fetchone()[0]
     if text is None:
         return None
+    job = json.loads(text)
     steps = dicts(conn, "SELECT name, attempt, value, created_at FROM tq_steps(?)", job_id)
-    timeline = dicts(conn, "SELECT seq, state, attempt, at, detail FROM tq_watch WHERE job = ?", job_id)
-    workers = {}
+    # The event log has no index by job: this reads the events after `since`.
+    timeline = dicts(conn, "SELECT seq, state, attempt, at, detail FROM tq_watch WHERE job = ? AND since = ?",
+                     job_id, since)
+    workers = {job["attempt"]: job["worker"]} if job["attempt"] else {}
     for event in timeline:
         if event["state"] == "running":
             workers[event["attempt"]] = event["detail"]
+    for event in timeline:
         event["worker"] = workers.get(event["attempt"])
-    return {"job": json.loads(text), "steps": steps, "timeline": timeline}
+    return {"job": job, "steps": steps, "timeline": timeline}
 
 
 def page(conn, queue=None, state=None, group=None, prefix=None, after=None, limit=50, columns=LIST_COLUMNS):
