@@ -422,6 +422,25 @@ def test_the_page_in_headless_chromium(dashboard, db, tmp_path):
             "return document.querySelector('td[data-queue=\"emails\"]').parentNode.innerText"))
         assert json.loads(one(db, "SELECT tq_queue('emails')"))["paused"] is True
 
+        # Edit a queue's limits in its dialog; then pause a schedule.
+        browser.click('button[data-limits="pdf"]')
+        browser.wait_for("the limits", lambda: browser.js("return document.getElementById('limits').open"))
+        browser.type("#limit-concurrency", "3")
+        browser.type("#limit-rate", "20/m")
+        browser.click("#limits-save")
+        browser.wait_for("the question", lambda: browser.js("return document.getElementById('confirm').open"))
+        assert '"concurrency":3' in browser.text("confirm-text")
+        browser.click("#confirm-yes")
+        browser.wait_for("the new limits", lambda: "concurrency 3, rate 20/60000ms" in browser.text("queues"))
+        settings = json.loads(one(db, "SELECT tq_queue('pdf')"))
+        assert (settings["concurrency"], settings["rate"]) == (3, "20/60000ms")
+        browser.click('button[data-schedule="nightly-report"]')
+        browser.wait_for("the question", lambda: browser.js("return document.getElementById('confirm').open"))
+        browser.click("#confirm-yes")
+        browser.wait_for("nightly-report paused", lambda: browser.js(
+            "return document.querySelector('button[data-schedule=\"nightly-report\"]').textContent") == "Resume")
+        assert [r[0] for r in db.execute("SELECT paused FROM tq_schedules WHERE name = 'nightly-report'")] == [1]
+
         # Page through a list: the second page has other jobs.
         browser.click('a[data-list="emails:done"]')
         browser.wait_for("the done emails", lambda: "page 1" in browser.text("page-number")

@@ -233,6 +233,7 @@ def test_pages_do_bounded_work_at_a_million_jobs(tmp_path):
     # The measure can tell: OFFSET reads every row it skips.
     offset, _ = vm_steps(big, "SELECT * FROM tq_jobs WHERE queue = 'q' AND state = 'waiting' "
                               "LIMIT 50 OFFSET 900000")
+    print("VM steps of the same page by OFFSET 900000:", offset)
     assert offset > 100 * deep["waiting"]
     # Each page statement tinyq ran walks an index: no scan of the jobs, no sort.
     statements = inner_statements(big)
