@@ -161,14 +161,14 @@ def plan(conn, sql):
     return [r[3] for r in conn.execute("EXPLAIN QUERY PLAN " + sql, [None] * n)]
 
 
-def vm_steps(conn, sql, *args):
-    """SQLite VM instructions run by a query, its statements inside tinyq included (the
-    progress handler is the connection's, so it counts nested statements too)."""
+def vm_steps(conn, sql, *args, every=1):
+    """SQLite VM instructions run by a query (to `every`), its statements inside tinyq
+    included (the progress handler is the connection's, so it counts nested statements too)."""
     count = [0]
 
     def tick():
-        count[0] += 1
-    conn.set_progress_handler(tick, 1)
+        count[0] += every
+    conn.set_progress_handler(tick, every)
     try:
         rows = conn.execute(sql, args).fetchall()
     finally:
@@ -192,8 +192,8 @@ def build(conn, waiting, held):
     conn.execute("BEGIN")
     for n, job in enumerate(jobs[held:]):
         settle(conn, job["id"], job["attempt"], "done" if n % 2 else "fail", "boom")
-    conn.execute("SELECT count(tq_add('q', '{}', json_object('priority', v % 3, 'group', 'g' || (v % 2)))) "
-                 "FROM " + counter, (waiting,)).fetchall()
+    conn.execute("SELECT count(tq_add('q', '{}', json_object('priority', v % 3, 'group', 'g' || (v % 2), "
+                 "'id', 'w' || v))) FROM " + counter, (waiting,)).fetchall()
     conn.execute("SELECT count(tq_add('q', '{}', json_object('delay', v * 1000))) FROM " + counter,
                  (waiting // 10,)).fetchall()
     conn.execute("COMMIT")
@@ -202,9 +202,15 @@ def build(conn, waiting, held):
 def deep_page_costs(conn):
     """{state: VM steps of a page of 50 that continues after a job near the end of the list}."""
     costs = {}
+    waiting = one(conn, "SELECT waiting FROM tq_stats('q')")
     for state in STATES:
-        ids = [r[0] for r in conn.execute(
-            "SELECT id FROM tq_jobs WHERE queue = 'q' AND state = ?", (state,))]
+        if state == "waiting":      # claim order: priority 2, 1, 0, each in add order
+            ids = ["w%d" % v for p in (2, 1, 0) for v in range(1, waiting + 1) if v % 3 == p]
+            assert [r[0] for r in conn.execute(
+                "SELECT id FROM tq_jobs WHERE queue = 'q' AND state = 'waiting' LIMIT 3")] == ids[:3]
+        else:
+            ids = [r[0] for r in conn.execute(
+                "SELECT id FROM tq_jobs WHERE queue = 'q' AND state = ?", (state,))]
         after = ids[-60]
         steps, rows = vm_steps(conn, "SELECT * FROM tq_jobs WHERE queue = 'q' AND state = ? AND after = ? "
                                      "LIMIT 50", state, after)
@@ -232,7 +238,7 @@ def test_pages_do_bounded_work_at_a_million_jobs(tmp_path):
         assert steps < 1.5 * cheap[state] + 500, (state, cheap[state], steps)
     # The measure can tell: OFFSET reads every row it skips.
     offset, _ = vm_steps(big, "SELECT * FROM tq_jobs WHERE queue = 'q' AND state = 'waiting' "
-                              "LIMIT 50 OFFSET 900000")
+                              "LIMIT 50 OFFSET 900000", every=1000)
     print("VM steps of the same page by OFFSET 900000:", offset)
     assert offset > 100 * deep["waiting"]
     # Each page statement tinyq ran walks an index: no scan of the jobs, no sort.
