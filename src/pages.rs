@@ -12,6 +12,7 @@ use std::sync::Mutex;
 
 use crate::conn::Conn;
 use crate::ffi::{Result, Val};
+use crate::schema;
 
 struct Key {
     col: &'static str,
@@ -40,6 +41,14 @@ const LINE: Source = Source {
     now: None,
     keys: &[desc("priority", false), asc("run_at", false), asc("seq", false)],
 };
+// From store schema 4 the line's index leads with `parked` (due jobs set aside until their
+// group has room): the line is then the jobs ready to claim, then the ones set aside.
+const PARKED_LINE: Source = Source {
+    base: "status = 'queued' AND queue = ?1",
+    now: None,
+    keys: &[asc("parked", false), desc("priority", false), asc("run_at", false), asc("seq", false)],
+};
+const PARKED_FROM: i64 = 4;
 const DUE: Source = Source {
     base: "status = 'scheduled' AND queue = ?1",
     now: Some(("run_at", "<=")),
@@ -62,6 +71,7 @@ const FAILED: Source = Source { now: None, base: "status = 'failed' AND queue = 
 
 fn sources(state: &str) -> &'static [Source] {
     match state {
+        "waiting" if schema::version() >= PARKED_FROM => &[DUE, PARKED_LINE],
         "waiting" => &[DUE, LINE],
         "scheduled" => &[LATER],
         "running" => &[RUNNING],
@@ -77,14 +87,17 @@ pub struct Cursor {
 }
 
 /// The columns the cursor query reads, in its order.
-const KEY_NAMES: [&str; 8] = ["status", "priority", "run_at", "seq", "expires_at", "lease_until", "grp", "holder"];
+const KEY_NAMES: [&str; 9] =
+    ["status", "priority", "run_at", "seq", "expires_at", "lease_until", "grp", "holder", "parked"];
 
 /// The position of job `id` in the list of `state`; None when there is no such job.
 pub fn cursor(conn: &Conn, state: &str, id: &str) -> Result<Option<Cursor>> {
-    let mut st = conn.query(
-        "SELECT status, priority, run_at, seq, expires_at, lease_until, grp, holder FROM tinyq_jobs WHERE id = ?1",
-        &[&id],
-    )?;
+    let sql = if schema::version() >= PARKED_FROM {
+        "SELECT status, priority, run_at, seq, expires_at, lease_until, grp, holder, parked FROM tinyq_jobs WHERE id = ?1"
+    } else {
+        "SELECT status, priority, run_at, seq, expires_at, lease_until, grp, holder, 0 FROM tinyq_jobs WHERE id = ?1"
+    };
+    let mut st = conn.query(sql, &[&id])?;
     if !st.step()? {
         return Ok(None);
     }
