@@ -209,6 +209,12 @@ def test_get_tells_a_jobs_story(store, db):
     assert story["job"]["meta"] == {"trace": "t-1"} and story["steps"][0]["name"] == "render"
     assert [e["worker"] for e in story["timeline"]] == [None, "mailer-3", "mailer-3", "mailer-3"]
     assert_error(tinyq("get", store, "nope"), 2, "no job 'nope'")
+    one(db, "SELECT tq_cancel('e1')")
+    gone = tinyq("get", store, "e1")
+    assert gone.returncode == 0, gone.stderr
+    assert gone.stdout.splitlines()[0] == "e1  cancelled  (gone: only its events are kept)"
+    assert [line.split()[3] for line in gone.stdout.splitlines()[2:]] == ["waiting", "running", "cancelled"]
+    assert json.loads(tinyq("get", store, "e1", "--json").stdout)["job"] is None
 
 
 def test_jobs_pages_in_tinyqs_order(store, db):

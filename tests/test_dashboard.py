@@ -194,6 +194,10 @@ def queue_count(db, queue, state):
 def test_actions_go_through_tinyq(dashboard, db):
     assert post_json(dashboard + "api/cancel", {"id": "invoice-pdf:1040"}) == (200, {"cancelled": True})
     assert get(db, "invoice-pdf:1040") is None
+    status, story = http(dashboard + "api/job/invoice-pdf%3A1040")
+    assert status == 200 and story["job"] is None and story["steps"] == []
+    assert [(e["state"], e["worker"]) for e in story["timeline"]][-2:] == \
+        [("progress", "pdf-worker-1"), ("cancelled", "pdf-worker-1")]
     assert post_json(dashboard + "api/cancel", {"id": "invoice-pdf:1040"}) == (200, {"cancelled": False})
     failed = queue_count(db, "reports", "failed")
     assert failed > 2
@@ -413,6 +417,13 @@ def test_the_page_in_headless_chromium(dashboard, db, tmp_path):
         browser.click("#confirm-yes")
         browser.wait_for("invoice-pdf:1041 gone", lambda: "invoice-pdf:1041" not in browser.text("running"))
         assert get(db, "invoice-pdf:1041") is None
+        # Its page still tells its story: the job is gone, its events are kept.
+        browser.go(dashboard + "job/invoice-pdf%3A1041")
+        browser.wait_for("the cancelled job", lambda: "cancelled" in browser.text("job-state"))
+        assert [line.split("\t")[2] for line in browser.text("job-timeline").splitlines()] == \
+            ["waiting", "running", "progress", "cancelled"]
+        browser.go(dashboard)
+        browser.wait_for("the queues", lambda: "emails" in browser.text("queues"))
 
         # Pause a queue.
         browser.click('button[data-pause="emails"]')

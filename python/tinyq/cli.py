@@ -196,7 +196,19 @@ def cmd_get(conn, args):
         print(json.dumps(story))
         return
     job = story["job"]
-    print("%s  %s  queue %s" % (job["id"], job["state"], job["queue"]))
+    if job is None:         # gone (cancelled): only its events are kept
+        print("%s  %s  (gone: only its events are kept)" % (args.id, story["timeline"][-1]["state"]))
+    else:
+        print("%s  %s  queue %s" % (job["id"], job["state"], job["queue"]))
+        print_job(job, story["steps"])
+    print("timeline:")
+    for e in story["timeline"]:
+        print(("  %s  %6d  %-9s  attempt %d  %s  %s" % (
+            when(e["at"], True), e["seq"], e["state"], e["attempt"], e["worker"] or "-",
+            "" if e["state"] == "running" else oneline(e["detail"], 120))).rstrip())
+
+
+def print_job(job, steps):
     facts = [("group", job["group"]), ("priority", job["priority"]),
              ("attempt", "%d (%d of %d charged)" % (job["attempt"], job["tries"], job["attempts"])),
              ("ahead", job.get("ahead")), ("run at", when(job["run_at"], True)),
@@ -210,15 +222,10 @@ def cmd_get(conn, args):
         if job.get(name) is not None:
             value = job[name] if isinstance(job[name], str) else json.dumps(job[name])
             print("  %-12s %s" % (name, oneline(value, 200)))
-    print("steps:" if story["steps"] else "steps: none kept")
-    for step in story["steps"]:
+    print("steps:" if steps else "steps: none kept")
+    for step in steps:
         print("  %s  attempt %d  %s  %s" % (when(step["created_at"], True), step["attempt"], step["name"],
                                            oneline(step["value"], 120)))
-    print("timeline:")
-    for e in story["timeline"]:
-        print(("  %s  %6d  %-9s  attempt %d  %s  %s" % (
-            when(e["at"], True), e["seq"], e["state"], e["attempt"], e["worker"] or "-",
-            "" if e["state"] == "running" else oneline(e["detail"], 120))).rstrip())
 
 
 def cmd_schedules(conn, args):

@@ -7,7 +7,8 @@ through tinyq's own functions (tq_cancel, tq_retry, tq_queue).
     GET  /  and  /job/<id>     the page (the job's page is the same page, routed by path)
     GET  /api/state            {db, now, queues (tq_stats + settings), running, failed, chart, schedules}
     GET  /api/jobs?queue=Q&state=S[&group=G][&prefix=P][&after=ID][&limit=N]   {jobs, next}
-    GET  /api/job/<id>[?since=SEQ]   {job (tq_get), steps (tq_steps), timeline (its events after SEQ)}
+    GET  /api/job/<id>[?since=SEQ]   {job (tq_get; null when gone but its events are kept: cancelled),
+                                      steps (tq_steps), timeline (its events after SEQ)}
     GET  /metrics              Prometheus text format
     POST /api/cancel  {"id": ID}                       -> {"cancelled": true or false}
     POST /api/retry   {"id": ID} or {"queue": Q}       -> {"retried": true or false} or {"retried": n}

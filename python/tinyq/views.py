@@ -17,26 +17,32 @@ def dicts(conn, sql, *args):
 
 
 def job_story(conn, job_id, since=0):
-    """None when there is no such job, else {job, steps, timeline}: tq_get's object, the
-    steps kept, and the job's events after `since` (every event, with 0). The event log keeps
+    """None when there is no such job, else {job, steps, timeline}: tq_get's object (None
+    for a job that is gone but whose events are kept: a cancelled one), the steps kept, and
+    the job's events after `since` (every event, with 0). The event log keeps
     the worker only on an attempt's `running` event (its detail), so each event shows the
     worker of its attempt (for the current attempt, tq_get's worker; else None if that
     attempt's running event is not among these)."""
     text = conn.execute("SELECT tq_get(?)", (job_id,)).fetchone()[0]
-    if text is None:
-        return None
-    job = json.loads(text)
-    steps = dicts(conn, "SELECT name, attempt, value, created_at FROM tq_steps(?)", job_id)
+    job = None if text is None else json.loads(text)
     # The event log has no index by job: this reads the events after `since`.
     timeline = dicts(conn, "SELECT seq, state, attempt, at, detail FROM tq_watch WHERE job = ? AND since = ?",
                      job_id, since)
+    if job is None:     # a cancelled job is gone, but its events are kept: job None
+        return {"job": None, "steps": [], "timeline": _workers(timeline, {})} if timeline or since else None
+    steps = dicts(conn, "SELECT name, attempt, value, created_at FROM tq_steps(?)", job_id)
     workers = {job["attempt"]: job["worker"]} if job["attempt"] else {}
+    return {"job": job, "steps": steps, "timeline": _workers(timeline, workers)}
+
+
+def _workers(timeline, workers):
+    """Each event with the worker of its attempt: the detail of that attempt's running event."""
     for event in timeline:
         if event["state"] == "running":
             workers[event["attempt"]] = event["detail"]
     for event in timeline:
         event["worker"] = workers.get(event["attempt"])
-    return {"job": job, "steps": steps, "timeline": timeline}
+    return timeline
 
 
 def page(conn, queue=None, state=None, group=None, prefix=None, after=None, limit=50, columns=LIST_COLUMNS):
