@@ -67,7 +67,8 @@ fn parse_schedule(args: &[Val]) -> Result<Schedule> {
 /// tq_schedule(name, queue, when, payload [, options]) -> JSON of the schedule.
 /// Creates or replaces `name`. A replacement with the same queue, `when` and `tz` keeps its
 /// next due time (declaring the same schedule at every start-up loses no run); any other
-/// change, or resuming a paused one, waits for the next due time after now.
+/// change, or resuming a paused one, waits for the next due time after now (so does a
+/// replacement after the clock was set back past the kept due time).
 pub fn tq_schedule(conn: &Conn, args: &[Val]) -> Result<Out> {
     let s = parse_schedule(args)?;
     let timing = Timing::parse(&s.when, &s.tz).map_err(|e| bad("when", e))?;
@@ -78,10 +79,10 @@ pub fn tq_schedule(conn: &Conn, args: &[Val]) -> Result<Out> {
              WHERE name = ?1 AND queue = ?2 AND expr = ?3 AND tz = ?4 AND paused = 0 AND next_at IS NOT NULL",
             &[&s.name, &s.queue, &s.when, &s.tz],
         )?;
-        let next_at = match kept {
-            Some(t) => t,
-            None => timing.first(now).ok_or_else(|| Error::bad(format!("when '{}' matches no time", s.when)))?,
-        };
+        let first = timing.first(now).ok_or_else(|| Error::bad(format!("when '{}' matches no time", s.when)))?;
+        // A kept due time later than the first one after now means the clock was set back
+        // since: start again from now rather than wait for the clock to catch up.
+        let next_at = kept.filter(|&k| k <= first).unwrap_or(first);
         conn.exec(
             "INSERT INTO tinyq_schedules (name, queue, expr, tz, payload, priority, grp, budget, meta, missed, paused,
                                           next_at, created_at, changed_at)
@@ -190,8 +191,10 @@ pub fn add_due(conn: &Conn, queue: &str, now: i64) -> Result<()> {
         let mut last = None;
         for at in timing.due(next_at, now, sched.missed) {
             let id = format!("{}@{}", sched.name, cron::iso(at));
-            jobs::insert(conn, &sched.job(&id, at), now)?;
-            last = Some((at, id));
+            // An id still present (its job kept for its window) adds nothing: the ids guard too.
+            if jobs::insert(conn, &sched.job(&id, at), now)? {
+                last = Some((at, id));
+            }
         }
         let (last_at, last_id) = last.unzip();
         conn.exec(

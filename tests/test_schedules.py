@@ -234,6 +234,19 @@ def test_CRON_01_replaced_schedule_adds_nothing_more_of_the_old_one(db):
     assert one(db, "SELECT count(*) FROM tq_schedules") == 1
 
 
+def test_CRON_01_redeclaring_after_the_clock_was_set_back_starts_from_now(db):
+    """A schedule made while the clock was a year ahead would wait that year; declaring it
+    again (as an application does at start-up) starts from the clock as it is now."""
+    pin(db, ms("2027-12-01T10:00:00Z"))
+    schedule(db, "d", "q", "0 8 * * *")
+    pin(db, ms("2026-12-01T10:00:00Z"))
+    assert schedule(db, "d", "q", "0 8 * * *")["next_at"] == ms("2026-12-02T08:00:00Z")
+    # With the clock going forward, a redeclaration keeps the due time (no run lost).
+    pin(db, ms("2026-12-02T09:00:00Z"))
+    assert schedule(db, "d", "q", "0 8 * * *")["next_at"] == ms("2026-12-02T08:00:00Z")
+    assert taken(db, "q") == ["d@2026-12-02T08:00:00Z"]
+
+
 def test_CRON_01_removed_schedule_adds_nothing_and_its_jobs_stay(db):
     t0 = ms("2026-12-01T10:00:00Z")
     pin(db, t0)
@@ -273,22 +286,25 @@ def test_CRON_01_a_job_of_a_due_time_still_present_is_not_added_again(db):
     assert taken(db, "q") == []
     assert get(db, "h@2026-12-01T10:01:00Z")["payload"] == "by hand"
     assert schedules(db)["h"]["next_at"] == t0 + 120_000
+    assert schedules(db)["h"]["last_id"] is None          # it added nothing
 
 
 # --------------------------------------------------------------------------- exactly once, processes
 
 CLAIMER = r"""
-import json, sys, time
+import json, os, sys, time
 from conftest import connect, one, claim, settle
-db_path, start, t0, slots = sys.argv[1], float(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+db_path, gate, t0, slots = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
 db = connect(db_path, 30000)
-got = []
-while time.monotonic() < start:
+open(f"{gate}.ready.{os.getpid()}", "w").close()
+while not os.path.exists(gate):            # every process is ready: the test opens the gate
     time.sleep(0.001)
+start = float(open(gate).read())
+got = []
 while True:
-    # Real time is cut in 10 ms slots, the same for every process (time.monotonic is
+    # Real time is cut in 20 ms slots, the same for every process (time.monotonic is
     # system-wide); with t0, slot k is the pinned instant t0 + k minutes.
-    k = int((time.monotonic() - start) * 100)
+    k = int((time.monotonic() - start) * 50)
     if k >= slots:
         break
     if t0:
@@ -302,11 +318,19 @@ print(json.dumps(got))
 
 
 def run_claimers(db_path, t0, slots, n=4):
+    """n real processes claiming on queue 'q' through the same time slots; their claimed ids."""
     env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "tests"))
-    start = time.monotonic() + 1.0          # a shared instant: time.monotonic is system-wide
-    procs = [subprocess.Popen(["/usr/bin/python3", "-c", CLAIMER, db_path, str(start), str(t0), str(slots)],
+    gate = db_path + ".gate"
+    procs = [subprocess.Popen(["/usr/bin/python3", "-c", CLAIMER, db_path, gate, str(t0), str(slots)],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
              for _ in range(n)]
+    deadline = time.monotonic() + 60
+    while len([f for f in os.listdir(os.path.dirname(gate)) if ".gate.ready." in f]) < n:
+        assert time.monotonic() < deadline and all(p.poll() is None for p in procs), "a claimer did not start"
+        time.sleep(0.01)
+    with open(gate + ".tmp", "w") as f:
+        f.write(str(time.monotonic() + 0.05))
+    os.rename(gate + ".tmp", gate)
     outs = []
     for p in procs:
         out, err = p.communicate(timeout=120)
@@ -340,7 +364,7 @@ def test_CRON_01_four_processes_on_the_real_clock_add_each_due_time_once(db, db_
     start = int(time.time() * 1000)
     s = schedule(db, "fast", "q", "@every 100ms", missed="all")
     first = s["next_at"]
-    outs = run_claimers(db_path, 0, 150)       # 1.5 s of claiming, every millisecond or so each
+    outs = run_claimers(db_path, 0, 75)        # 1.5 s of claiming, every millisecond or so each
     claimed = [i for out in outs for i in out]
     assert len(claimed) == len(set(claimed)), "a job was claimed twice"
     times = sorted(get(db, i)["run_at"] for i in job_ids(db, "q"))
