@@ -8,6 +8,7 @@
 //! k1..k(n-1) equal and kn after; ...; k1 after. Each range is a seek, not a scan.
 
 use std::collections::HashMap;
+use std::fmt::Write;
 use std::sync::Mutex;
 
 use crate::conn::Conn;
@@ -116,7 +117,7 @@ pub fn sql(select: &'static str, state: &str, after: Option<&Cursor>) -> (&'stat
     let mut binds = Vec::new();
     for (i, source) in sources(state).iter().enumerate() {
         match after {
-            Some(c) if i < c.source => continue,
+            Some(c) if i < c.source => {} // before the cursor's source: all read already
             Some(c) if i == c.source => {
                 for n in (0..source.keys.len()).rev() {
                     let mut eq = Vec::new();
@@ -167,7 +168,7 @@ fn arm(select: &str, source: &Source, conds: &[String], from: usize) -> String {
         // When the cursor bounds this column, the clock is only checked (`+col`): as a second
         // range on it, SQLite may seek by the clock instead and read from there.
         let fixed = !conds.is_empty() && source.keys[..=from].iter().any(|k| k.col == col);
-        wher.push_str(&format!(" AND {}{col} {op} ?3", if fixed { "+" } else { "" }));
+        let _ = write!(wher, " AND {}{col} {op} ?3", if fixed { "+" } else { "" });
     }
     for c in conds {
         wher.push_str(" AND ");
@@ -180,7 +181,7 @@ fn arm(select: &str, source: &Source, conds: &[String], from: usize) -> String {
 /// text is kept once (there are a few dozen: states x cursor positions x NULL patterns).
 fn remember(sql: String) -> &'static str {
     static KNOWN: Mutex<Option<HashMap<String, &'static str>>> = Mutex::new(None);
-    let mut known = KNOWN.lock().unwrap_or_else(|e| e.into_inner());
+    let mut known = KNOWN.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     let map = known.get_or_insert_with(HashMap::new);
     if let Some(s) = map.get(&sql) {
         return s;
