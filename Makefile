@@ -4,7 +4,7 @@ PY ?= /usr/bin/python3
 CARGO ?= cargo
 EXT := dist/tinyq.so
 
-.PHONY: all loadable deps demo test test-rust test-python test-python-current test-node test-cluster bench bench-quick clean \
+.PHONY: all loadable deps demo test test-rust test-python test-python-current test-node test-cluster bench bench-quick screenshots clean \
 	install uninstall wheel npm-pack test-npm-package
 
 all: loadable
@@ -21,6 +21,7 @@ deps:
 	command -v valgrind >/dev/null 2>&1 || missing="$$missing valgrind"; \
 	command -v node >/dev/null 2>&1 || missing="$$missing nodejs npm"; \
 	command -v chromedriver >/dev/null 2>&1 || missing="$$missing chromium chromium-driver"; \
+	$(PY) -c 'import prometheus_client' >/dev/null 2>&1 || missing="$$missing python3-prometheus-client"; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing:$$missing"; \
 	  (apt-get update -qq || true) && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
@@ -92,6 +93,10 @@ bench: $(EXT)
 bench-quick: $(EXT)
 	$(PY) bench/lifecycle.py --quick
 	$(PY) bench/peers.py --quick
+
+# docs/dashboard.png, dashboard-lists.png and dashboard-job.png, from the headless Chromium test.
+screenshots: $(EXT)
+	TINYQ_SCREENSHOTS=docs $(PY) -m pytest -q tests/test_dashboard.py -k chromium
 
 PREFIX ?= /usr/local
 LIBDIR ?= $(PREFIX)/lib

@@ -10,11 +10,14 @@ pub mod cron;
 pub mod holders;
 pub mod jobs;
 pub mod options;
+pub mod pages;
 pub mod queues;
 pub mod random;
+pub mod schedule_get;
 pub mod schedules;
 pub mod schema;
 pub mod settle;
+pub mod step_list;
 pub mod steps;
 pub mod store;
 pub mod sweep;
@@ -50,6 +53,7 @@ const SCALARS: &[(&str, c_int, c_int, sqlite::Body)] = &[
     ("tq_progress", -1, DIRECT_ONLY, steps::tq_progress),
     ("tq_wait", -1, DIRECT_ONLY, watch::tq_wait),
     ("tq_schedule", -1, DIRECT_ONLY, schedules::tq_schedule),
+    ("tq_schedule_get", -1, INNOCUOUS, schedule_get::tq_schedule_get),
     ("tq_unschedule", -1, DIRECT_ONLY, schedules::tq_unschedule),
     ("tq_queue", 1, INNOCUOUS, queues::tq_queue),
     ("tq_queue", 2, DIRECT_ONLY, queues::tq_queue),
@@ -71,6 +75,7 @@ pub fn register(conn: &Rc<Conn>) -> Result<()> {
     register_table::<tables::Jobs>(conn)?;
     register_table::<tables::Stats>(conn)?;
     register_table::<tables::Schedules>(conn)?;
+    register_table::<step_list::Steps>(conn)?;
     register_table::<sqlite::Statements>(conn)?;
     Ok(())
 }

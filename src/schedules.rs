@@ -115,7 +115,7 @@ pub fn tq_schedule(conn: &Conn, args: &[Val]) -> Result<Out> {
 }
 
 /// The schedule as tq_schedule returns it.
-fn describe(conn: &Conn, name: &str) -> Result<Option<String>> {
+pub fn describe(conn: &Conn, name: &str) -> Result<Option<String>> {
     let mut st = conn.query(
         "SELECT name, queue, expr, tz, payload, priority, grp, budget, meta, missed, paused, next_at, last_at, last_id
          FROM tinyq_schedules WHERE name = ?1",

@@ -1,11 +1,12 @@
-//! The table-valued functions: tq_claim, tq_watch, tq_jobs, tq_stats, tq_schedules.
+//! The table-valued functions: tq_claim, tq_watch, tq_jobs, tq_stats, tq_schedules (tq_steps: src/step_list.rs).
 
 use std::rc::Rc;
 
 use crate::claim;
 use crate::conn::Conn;
-use crate::ffi::{Result, Val};
+use crate::ffi::{Error, Result, Val};
 use crate::options;
+use crate::pages;
 use crate::schema;
 use crate::vtab::{Rows, TableFn};
 
@@ -54,14 +55,16 @@ impl TableFn for Claim {
 }
 
 /// SELECT * FROM tq_watch(since [, queue]): every event after `since`, in commit order.
+/// `WHERE job = ?` (a hidden argument) keeps one job's events: its timeline.
 pub struct Watch;
 
 impl TableFn for Watch {
     const NAME: &'static str = "tq_watch";
     const SCHEMA: &'static str =
-        "CREATE TABLE x(seq INTEGER, id TEXT, queue TEXT, state TEXT, attempt INTEGER, at INTEGER, detail, since HIDDEN, of_queue HIDDEN)";
+        "CREATE TABLE x(seq INTEGER, id TEXT, queue TEXT, state TEXT, attempt INTEGER, at INTEGER, detail,
+        since HIDDEN, of_queue HIDDEN, job HIDDEN)";
     const VISIBLE: usize = 7;
-    const FILTERS: &'static [usize] = &[7, 8];
+    const FILTERS: &'static [usize] = &[7, 8, 9];
     const DIRECT_ONLY: bool = false;
     fn rows(conn: &Rc<Conn>, filters: &[Option<Val>]) -> Result<Rows> {
         let since = match arg(filters, 0) {
@@ -69,18 +72,25 @@ impl TableFn for Watch {
             Some(v) => options::int("since", v, i64::MIN, i64::MAX)?,
         };
         let queue = arg(filters, 1).map(|v| options::name("queue", v)).transpose()?;
+        let job = arg(filters, 2).map(|v| options::name("job", v)).transpose()?;
         if !schema::exists(conn)? {
             return Ok(Rows::list(vec![]));
         }
-        let st = match &queue {
-            None => conn.query(
+        let st = match (&queue, &job) {
+            (None, None) => conn.query(
                 "SELECT seq, id, queue, state, attempt, at, detail FROM tinyq_events WHERE seq > ?1 ORDER BY seq",
                 &[&since],
             )?,
-            Some(q) => conn.query(
+            (Some(q), None) => conn.query(
                 "SELECT seq, id, queue, state, attempt, at, detail FROM tinyq_events
                  WHERE seq > ?1 AND queue = ?2 ORDER BY seq",
                 &[&since, q],
+            )?,
+            // The event log has no index by job (schema 2): this reads the events after `since`.
+            (_, Some(id)) => conn.query(
+                "SELECT seq, id, queue, state, attempt, at, detail FROM tinyq_events
+                 WHERE seq > ?1 AND id = ?3 AND (?2 IS NULL OR queue = ?2) ORDER BY seq",
+                &[&since, &queue, id],
             )?,
         };
         Ok(Rows::query(st))
@@ -101,16 +111,22 @@ macro_rules! job_columns {
 
 const STATES: &[&str] = &["scheduled", "waiting", "running", "done", "failed", "cancelled"];
 
-/// SELECT * FROM tq_jobs [WHERE queue = ? AND state = ?]: with both, an index is used.
+/// Visible columns of tq_jobs; the hidden `after` and `prefix` arguments follow them.
+const JOB_COLUMNS: usize = 16;
+
+/// SELECT * FROM tq_jobs [WHERE queue = ? AND state = ? [AND group_key = ?] [AND after = ?]]:
+/// with queue and state, the jobs come in the order of the index that holds them and `after`
+/// (an id) continues after that job, so a page is a seek (src/pages.rs). `prefix` lists the
+/// jobs whose id starts with it, in id order (then `after` continues after that id).
 pub struct Jobs;
 
 impl TableFn for Jobs {
     const NAME: &'static str = "tq_jobs";
     const SCHEMA: &'static str = "CREATE TABLE x(id TEXT, queue TEXT, state TEXT, group_key TEXT, priority INTEGER,
         attempt INTEGER, run_at INTEGER, lease_until INTEGER, worker TEXT, payload, result, error TEXT, progress,
-        created_at INTEGER, settled_at INTEGER, meta)";
-    const VISIBLE: usize = 16;
-    const FILTERS: &'static [usize] = &[1, 2];
+        created_at INTEGER, settled_at INTEGER, meta, after HIDDEN, prefix HIDDEN)";
+    const VISIBLE: usize = JOB_COLUMNS;
+    const FILTERS: &'static [usize] = &[1, 2, 3, JOB_COLUMNS, JOB_COLUMNS + 1];
     const DIRECT_ONLY: bool = false;
     fn rows(conn: &Rc<Conn>, filters: &[Option<Val>]) -> Result<Rows> {
         let queue = arg(filters, 0).cloned().unwrap_or(Val::Null);
@@ -120,37 +136,57 @@ impl TableFn for Jobs {
             Some(Val::Text(s)) => bail!("unknown state '{}' (states: {})", options::clip(s), STATES.join(", ")),
             Some(v) => bail!("state must be text, not {} (states: {})", v.kind(), STATES.join(", ")),
         };
+        let group = arg(filters, 2).cloned().unwrap_or(Val::Null);
+        let after = arg(filters, 3).map(|v| options::name("after", v)).transpose()?;
+        let prefix = arg(filters, 4).map(|v| options::name("prefix", v)).transpose()?;
         // `= NULL` matches nothing, as in SQL.
         if filters.iter().any(|f| matches!(f, Some(Val::Null))) || !schema::exists(conn)? {
             return Ok(Rows::list(vec![]));
         }
         let now = conn.now();
-        let sql = match (&queue, state.as_deref()) {
-            (Val::Text(_), Some("waiting")) => concat!(
-                job_columns!(),
-                "WHERE status = 'queued' AND queue = ?1 AND ?2 IS NOT NULL UNION ALL ",
-                job_columns!(),
-                "WHERE status = 'scheduled' AND queue = ?1 AND run_at <= ?3"
-            ),
-            (Val::Text(_), Some("scheduled")) => {
-                concat!(job_columns!(), "WHERE status = 'scheduled' AND queue = ?1 AND run_at > ?3 AND ?2 IS NOT NULL")
+        if let Some(prefix) = prefix {
+            let st = conn.query(
+                concat!(
+                    "SELECT * FROM (",
+                    job_columns!(),
+                    "WHERE id >= ?4 AND id < ?4 || char(1114111) AND substr(id, 1, length(?4)) = ?4
+                       AND (?5 IS NULL OR id > ?5) ORDER BY id)
+                     WHERE (?1 IS NULL OR queue = ?1) AND (?2 IS NULL OR state = ?2) AND (?6 IS NULL OR grp = ?6)"
+                ),
+                &[&queue, &state, &now, &prefix, &after, &group],
+            )?;
+            return Ok(Rows::query(st));
+        }
+        if let (Val::Text(_), Some(state)) = (&queue, state.as_deref().filter(|s| *s != "cancelled")) {
+            let cursor = match &after {
+                None => None,
+                Some(id) => Some(pages::cursor(conn, state, id)?.ok_or_else(|| {
+                    Error::bad(format!(
+                        "after: no job '{}' (give the id of the last job of the page)",
+                        options::clip(id)
+                    ))
+                })?),
+            };
+            let (sql, values) = pages::sql(job_columns!(), state, cursor.as_ref());
+            let mut st = conn.query(sql, &[&queue, &group, &now])?;
+            for (i, v) in values.iter().enumerate() {
+                st.bind(10 + i as i32, v)?;
             }
-            (Val::Text(_), Some("running")) => {
-                concat!(job_columns!(), "WHERE status = 'running' AND queue = ?1 AND ?2 IS NOT NULL AND ?3 IS NOT NULL")
-            }
-            (Val::Text(_), Some("done")) => {
-                concat!(job_columns!(), "WHERE status = 'done' AND queue = ?1 AND ?2 IS NOT NULL AND ?3 IS NOT NULL")
-            }
-            (Val::Text(_), Some("failed")) => {
-                concat!(job_columns!(), "WHERE status = 'failed' AND queue = ?1 AND ?2 IS NOT NULL AND ?3 IS NOT NULL")
-            }
-            _ => concat!(
-                "SELECT * FROM (",
-                job_columns!(),
-                "ORDER BY seq) WHERE (?1 IS NULL OR queue = ?1) AND (?2 IS NULL OR state = ?2)"
-            ),
+            return Ok(Rows::query(st));
+        }
+        let after_seq = match &after {
+            None => 0,
+            Some(id) => conn
+                .one_int("SELECT seq FROM tinyq_jobs WHERE id = ?1", &[id])?
+                .ok_or_else(|| Error::bad(format!("after: no job '{}'", options::clip(id))))?,
         };
-        Ok(Rows::query(conn.query(sql, &[&queue, &state, &now])?))
+        let sql = concat!(
+            "SELECT * FROM (",
+            job_columns!(),
+            "WHERE seq > ?4 ORDER BY seq) WHERE (?1 IS NULL OR queue = ?1) AND (?2 IS NULL OR state = ?2)
+               AND (?5 IS NULL OR grp = ?5)"
+        );
+        Ok(Rows::query(conn.query(sql, &[&queue, &state, &now, &after_seq, &group])?))
     }
 }
 

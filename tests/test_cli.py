@@ -186,3 +186,79 @@ def test_watch_follows_events_live_until_ctrl_c(store, db):
         proc.wait(timeout=10)
     assert proc.returncode == 0
     assert proc.stderr.read() == ""                      # no traceback
+
+
+def test_get_tells_a_jobs_story(store, db):
+    one(db, "SELECT tq_add('emails', '{\"to\": 9}', '{\"id\": \"story\", \"attempts\": 2, \"meta\": {\"trace\": \"t-1\"}}')")
+    [job] = [j for j in claim(db, "emails", "mailer-3", 5) if j["id"] == "story"]
+    one(db, "SELECT tq_step_put('story', ?, 'render', 'ok')", job["attempt"])
+    one(db, "SELECT tq_progress('story', ?, '{\"sent\": 1}')", job["attempt"])
+    one(db, "SELECT tq_settle('story', ?, 'fail', 'mailbox full')", job["attempt"])
+    out = tinyq("get", store, "story")
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[0].split() == ["story", "failed", "queue", "emails"]
+    assert any(line.split()[:2] == ["meta", '{"trace":'] for line in lines)
+    assert any(line.split() == ["attempt", "1", "(1", "of", "2", "charged)"] for line in lines)
+    timeline = lines[lines.index("timeline:") + 1:]
+    assert [line.split()[3] for line in timeline] == ["waiting", "running", "progress", "failed"]
+    assert timeline[1].split()[6] == "mailer-3" and timeline[-1].endswith("mailbox full")
+    step = lines[lines.index("steps:") + 1]
+    assert step.split()[2:] == ["attempt", str(job["attempt"]), "render", "ok"]
+    story = json.loads(tinyq("get", store, "story", "--json").stdout)
+    assert story["job"]["meta"] == {"trace": "t-1"} and story["steps"][0]["name"] == "render"
+    assert [e["worker"] for e in story["timeline"]] == [None, "mailer-3", "mailer-3", "mailer-3"]
+    assert_error(tinyq("get", store, "nope"), 2, "no job 'nope'")
+    one(db, "SELECT tq_cancel('e1')")
+    gone = tinyq("get", store, "e1")
+    assert gone.returncode == 0, gone.stderr
+    assert gone.stdout.splitlines()[0] == "e1  cancelled  (gone: only its events are kept)"
+    assert [line.split()[3] for line in gone.stdout.splitlines()[2:]] == ["waiting", "running", "cancelled"]
+    assert json.loads(tinyq("get", store, "e1", "--json").stdout)["job"] is None
+
+
+def test_jobs_pages_in_tinyqs_order(store, db):
+    for n in range(5):
+        one(db, "SELECT tq_add('bulk', '{}', json_object('id', 'b' || ?, 'priority', ?, 'group', ?))",
+            n, n % 2, "g%d" % (n % 2))
+    first = tinyq("jobs", store, "--queue", "bulk", "--state", "waiting", "--limit", "2")
+    assert [line.split()[0] for line in first.stdout.splitlines()[1:]] == ["b1", "b3"]
+    assert "(more: --after b3)" in first.stderr
+    rest = tinyq("jobs", store, "--queue", "bulk", "--state", "waiting", "--after", "b3", "--json")
+    assert [json.loads(line)["id"] for line in rest.stdout.splitlines()] == ["b0", "b2", "b4"]
+    assert json.loads(rest.stdout.splitlines()[0])["payload"] == "{}"      # every column
+    assert rest.stderr == ""
+    group = tinyq("jobs", store, "--queue", "bulk", "--state", "waiting", "--group", "g1", "--json")
+    assert [json.loads(line)["id"] for line in group.stdout.splitlines()] == ["b1", "b3"]
+    prefix = tinyq("jobs", store, "--prefix", "e", "--json")
+    assert [json.loads(line)["id"] for line in prefix.stdout.splitlines()] == ["e1", "e2", "e3"]
+    assert_error(tinyq("jobs", store, "--queue", "bulk", "--state", "waiting", "--after", "zz"), 1,
+                 "tq_jobs: after: no job 'zz'")
+
+
+def test_schedules_lists_each_schedule(store, db):
+    assert tinyq("schedules", store).stdout == "no schedules\n"
+    one(db, "SELECT tq_clock('2026-12-01T10:00:00Z')")
+    one(db, "SELECT tq_schedule('digest', 'emails', '0 8 * * *', '{}', '{\"tz\": \"Europe/Paris\"}')")
+    one(db, "SELECT tq_schedule('cleanup', 'sms', '@daily', '{}', '{\"paused\": true}')")
+    out = tinyq("schedules", store)
+    assert out.returncode == 0, out.stderr
+    header, cleanup, digest = out.stdout.splitlines()
+    assert header.split() == ["name", "queue", "when", "tz", "next", "last", "job", "paused"]
+    assert cleanup.split() == ["cleanup", "sms", "@daily", "UTC", "paused"]
+    assert digest.split()[:2] == ["digest", "emails"] and "Europe/Paris" in digest
+    rows = [json.loads(line) for line in tinyq("schedules", store, "--json").stdout.splitlines()]
+    assert [(r["name"], r["when"], r["paused"]) for r in rows] == [("cleanup", "@daily", 1), ("digest", "0 8 * * *", 0)]
+    assert rows[1]["next_at"] > 0
+
+
+def test_watch_json(store):
+    proc = popen("watch", store, "-n", "1", "--json", "--interval", "0.05")
+    try:
+        line = proc.stdout.readline()
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=10)
+    event = json.loads(line)
+    assert (event["id"], event["queue"], event["state"]) == ("s1", "sms", "scheduled")
+    assert set(event) == {"seq", "id", "queue", "state", "attempt", "at", "detail"}

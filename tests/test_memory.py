@@ -103,6 +103,12 @@ def session_sql(pinned):
         SELECT tq_wait('ticks', '5ms');
         SELECT count(meta) >= 0 FROM tq_claim('ticks', 'w1', 10);
         SELECT tq_unschedule('tick'), tq_unschedule('tick');
+        SELECT tq_schedule_get('daily') IS NOT NULL, tq_schedule_get('tick');
+        SELECT count(*) FROM tq_steps('j1');
+        SELECT count(*) FROM tq_watch WHERE job = 'j1';
+        SELECT count(*) FROM tq_jobs WHERE queue = 'q' AND state = 'waiting' AND after = 'j7' LIMIT 3;
+        SELECT count(*) FROM tq_jobs WHERE queue = 'q' AND state = 'done' AND group_key = 'g' AND after = 'j1';
+        SELECT count(*) FROM tq_jobs WHERE prefix = 'j';
         BEGIN IMMEDIATE;
         SELECT tq_add('q', 'in-tx');
         SELECT count(*) FROM tq_claim('q', 'w3', 5);
@@ -130,6 +136,9 @@ ERROR_SQL = [
     "SELECT tq_schedule('x', 'q', '61 * * * *', '{}');",
     "SELECT tq_schedule('x', 'q', '@daily', '{}', '{\"tz\": \"Mars/Base\"}');",
     "SELECT tq_add('q', '{}', '{\"meta\": [1]}');",
+    "SELECT * FROM tq_steps;",
+    "SELECT * FROM tq_jobs WHERE queue = 'q' AND state = 'failed' AND after = 'nobody';",
+    "SELECT tq_schedule_get(1, 2);",
     "INSERT INTO rows VALUES (NULL);",
 ]
 

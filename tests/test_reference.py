@@ -36,6 +36,7 @@ SCALARS = {
     ("tq_progress", -1): "directonly",
     ("tq_wait", -1): "directonly",
     ("tq_schedule", -1): "directonly",
+    ("tq_schedule_get", -1): "innocuous",
     ("tq_unschedule", -1): "directonly",
     ("tq_queue", 1): "innocuous",      # tq_queue(name): read
     ("tq_queue", 2): "directonly",     # tq_queue(name, options): set
@@ -53,6 +54,7 @@ TABLES = {
     "tq_jobs": "innocuous",
     "tq_stats": "innocuous",
     "tq_schedules": "innocuous",
+    "tq_steps": "innocuous",
     "tq_statements": "innocuous",
 }
 

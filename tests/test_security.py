@@ -30,6 +30,7 @@ EXPECTED_FLAGS = {
     ("tq_progress", -1): DIRECTONLY, ("tq_retry", -1): DIRECTONLY, ("tq_sweep", -1): DIRECTONLY,
     ("tq_clock", -1): DIRECTONLY, ("tq_wait", -1): DIRECTONLY,
     ("tq_schedule", -1): DIRECTONLY, ("tq_unschedule", -1): DIRECTONLY,
+    ("tq_schedule_get", -1): INNOCUOUS,
 }
 
 # Calls of DIRECTONLY scalar functions, each of which would change something if it ran.
@@ -50,7 +51,9 @@ READ_CALLS = [
     "tq_get('held')", "tq_now()", "tq_version()", "tq_debug()", "tq_step_get('held', 'step')",
     "tq_queue('q')",
 ]
-READ_TABLES = ["tq_watch(0)", "tq_watch(0, 'q')", "tq_jobs", "tq_stats()", "tq_stats('q')", "tq_schedules"]
+READ_TABLES = ["tq_watch(0)", "tq_watch(0, 'q')", "tq_jobs", "tq_stats()", "tq_stats('q')", "tq_schedules",
+               "tq_steps('held')", "tq_jobs WHERE queue = 'q' AND state = 'waiting' AND after = 'held'",
+               "tq_watch WHERE job = 'held'"]
 
 
 @pytest.fixture
@@ -63,6 +66,7 @@ def store(db):
     one(db, "SELECT tq_add('q', '{}', '{\"id\": \"held\"}')")
     (h,) = claim(db, "q", "w1", 1)
     assert h["id"] == "held" and h["attempt"] == 1
+    assert one(db, "SELECT tq_step_put('held', 1, 'draft', 'x')") == "x"
     one(db, "SELECT tq_add('q', '{}', '{\"id\": \"waits\"}')")
     one(db, "SELECT tq_schedule('kept', 'other', '@daily', '{}')")
     db.execute("CREATE TABLE rows (x)")

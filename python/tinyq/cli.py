@@ -1,8 +1,10 @@
 """The tinyq command line, for operators (`tinyq ...` or `python -m tinyq ...`).
 
     tinyq stats DB [--queue Q] [--json]        counts per queue
-    tinyq jobs DB [--queue Q] [--state S] [--limit N] [--json]
-    tinyq watch DB [--queue Q] [-n N | --since SEQ]   follows state changes, like tail -f
+    tinyq jobs DB [--queue Q] [--state S] [--group G] [--prefix P] [--after ID] [--limit N] [--json]
+    tinyq get DB ID [--json]                   one job's story: fields, values, steps, timeline
+    tinyq schedules DB [--json]                every schedule, with its next time and last job
+    tinyq watch DB [--queue Q] [-n N | --since SEQ] [--json]   follows state changes, like tail -f
     tinyq retry DB ID                          a failed job waits again, with a fresh budget
     tinyq cancel DB ID                         removes a scheduled, waiting or running job
     tinyq pause DB QUEUE / resume DB QUEUE     stops / restarts claiming from a queue
@@ -25,7 +27,7 @@ import sys
 import time
 import urllib.parse
 
-from . import load
+from . import load, views
 
 STATES = ("scheduled", "waiting", "running", "done", "failed")
 
@@ -52,8 +54,8 @@ def connect(path, check_same_thread=True):
                            check_same_thread=check_same_thread)
     try:
         load(conn)
-        store = conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' "
-                             "AND name = 'tinyq_jobs'").fetchone()
+        # tq_debug reads the stored schema version: "... schema none (...)" without a store.
+        store = " schema none " not in one(conn, "SELECT tq_debug()")
     except sqlite3.DatabaseError as err:          # "file is not a database", ...
         conn.close()
         raise Failure("%s: %s" % (path, err))
@@ -154,17 +156,24 @@ def cmd_stats(conn, args):
 
 
 def cmd_jobs(conn, args):
-    where, params = [], []
-    if args.queue:
-        where.append("queue = ?")
-        params.append(args.queue)
-    if args.state:
-        where.append("state = ?")
-        params.append(args.state)
-    sql = "SELECT * FROM tq_jobs" + (" WHERE " + " AND ".join(where) if where else "")
-    total = one(conn, sql.replace("*", "count(*)", 1), *params)
-    sql += " ORDER BY created_at, id" + (" LIMIT %d" % args.limit if args.limit else "")
-    cols, body = rows(conn, sql, *params)
+    if args.queue and args.state or args.prefix or args.after:
+        # One page in tinyq's order for that list, continued by --after: fast at any size.
+        page = views.page(conn, args.queue, args.state, args.group, args.prefix, args.after,
+                          args.limit or 10**12, columns="*")
+        cols = list(page["jobs"][0]) if page["jobs"] else []
+        body = [tuple(j.values()) for j in page["jobs"]]
+        more = page["next"] and "(more: --after %s)" % page["next"]
+    else:
+        where, params = [], []
+        for column, value in (("queue", args.queue), ("state", args.state), ("group_key", args.group)):
+            if value:
+                where.append("%s = ?" % column)
+                params.append(value)
+        sql = "SELECT * FROM tq_jobs" + (" WHERE " + " AND ".join(where) if where else "")
+        total = one(conn, sql.replace("*", "count(*)", 1), *params)
+        sql += " ORDER BY created_at, id" + (" LIMIT %d" % args.limit if args.limit else "")
+        cols, body = rows(conn, sql, *params)
+        more = len(body) < total and "(%d of %d jobs; --limit 0 shows all)" % (len(body), total)
     if args.json:
         as_json(cols, body)
     elif body:
@@ -175,27 +184,86 @@ def cmd_jobs(conn, args):
                for r in body])
     else:
         print("no jobs")
-    if len(body) < total:
-        print("(%d of %d jobs; --limit 0 shows all)" % (len(body), total), file=sys.stderr)
+    if more:
+        print(more, file=sys.stderr)
+
+
+def cmd_get(conn, args):
+    story = views.job_story(conn, args.id)
+    if story is None:
+        raise Failure("no job %r in %s" % (args.id, args.db))
+    if args.json:
+        print(json.dumps(story))
+        return
+    job = story["job"]
+    if job is None:         # gone (cancelled): only its events are kept
+        print("%s  %s  (gone: only its events are kept)" % (args.id, story["timeline"][-1]["state"]))
+    else:
+        print("%s  %s  queue %s" % (job["id"], job["state"], job["queue"]))
+        print_job(job, story["steps"])
+    print("timeline:")
+    for e in story["timeline"]:
+        print(("  %s  %6d  %-9s  attempt %d  %s  %s" % (
+            when(e["at"], True), e["seq"], e["state"], e["attempt"], e["worker"] or "-",
+            "" if e["state"] == "running" else oneline(e["detail"], 120))).rstrip())
+
+
+def print_job(job, steps):
+    facts = [("group", job["group"]), ("priority", job["priority"]),
+             ("attempt", "%d (%d of %d charged)" % (job["attempt"], job["tries"], job["attempts"])),
+             ("ahead", job.get("ahead")), ("run at", when(job["run_at"], True)),
+             ("lease until", when(job["lease_until"], True) if job["state"] == "running" else None),
+             ("worker", job["worker"]), ("added", when(job["created_at"], True)),
+             ("settled", when(job["settled_at"], True))]
+    for name, value in facts:
+        if value is not None and value != "":
+            print("  %-12s %s" % (name, value))
+    for name in ("payload", "meta", "result", "error", "progress"):
+        if job.get(name) is not None:
+            value = job[name] if isinstance(job[name], str) else json.dumps(job[name])
+            print("  %-12s %s" % (name, oneline(value, 200)))
+    print("steps:" if steps else "steps: none kept")
+    for step in steps:
+        print("  %s  attempt %d  %s  %s" % (when(step["created_at"], True), step["attempt"], step["name"],
+                                           oneline(step["value"], 120)))
+
+
+def cmd_schedules(conn, args):
+    found = views.schedules(conn)
+    if found is None:
+        raise Failure("this tinyq has no schedules (tq_schedules)", 1)
+    if args.json:
+        for s in found:
+            print(json.dumps(s))
+        return
+    if not found:
+        print("no schedules")
+        return
+    table(["name", "queue", "when", "tz", "next", "last job", "paused"],
+          [(s["name"], s["queue"], s["when"], s["tz"], when(s["next_at"]), s["last_id"] or "",
+            "paused" if s["paused"] else "") for s in found])
 
 
 def cmd_watch(conn, args):
     if args.since is not None:
         since = args.since
-    else:   # start before the last n events (tinyq_events.seq is the watch seq)
-        where, params = ("WHERE queue = ?", [args.queue]) if args.queue else ("", [])
-        since = one(conn, "SELECT seq FROM tinyq_events %s ORDER BY seq DESC LIMIT 1 OFFSET ?"
+    else:   # start before the last n events
+        where, params = (" WHERE of_queue = ?", [args.queue]) if args.queue else ("", [])
+        since = one(conn, "SELECT seq FROM tq_watch%s ORDER BY seq DESC LIMIT 1 OFFSET ?"
                     % where, *params, max(args.n, 0)) or 0
     cols = "seq, id, queue, state, attempt, at, detail"
     sql = "SELECT %s FROM tq_watch(?, ?)" % cols if args.queue else \
         "SELECT %s FROM tq_watch(?)" % cols
     try:
         while True:
-            for seq, id, queue, state, attempt, at, detail in conn.execute(
-                    sql, (since, args.queue) if args.queue else (since,)):
-                print(("%s  %6d  %s  %s  %-9s  attempt %d  %s" % (
-                    when(at, with_ms=True), seq, queue, id, state, attempt,
-                    oneline(detail))).rstrip(), flush=True)
+            for event in conn.execute(sql, (since, args.queue) if args.queue else (since,)):
+                seq, id, queue, state, attempt, at, detail = event
+                if args.json:
+                    print(json.dumps(dict(zip(cols.split(", "), event))), flush=True)
+                else:
+                    print(("%s  %6d  %s  %s  %-9s  attempt %d  %s" % (
+                        when(at, with_ms=True), seq, queue, id, state, attempt,
+                        oneline(detail))).rstrip(), flush=True)
                 since = seq
             time.sleep(args.interval)
     except KeyboardInterrupt:
@@ -257,13 +325,24 @@ def parser():
     c = command("stats", cmd_stats, "counts per queue (tq_stats)")
     c.add_argument("--queue", help="only this queue")
     c.add_argument("--json", action="store_true", help="one JSON object per line")
-    c = command("jobs", cmd_jobs, "list jobs (tq_jobs), in the order they were added")
+    c = command("jobs", cmd_jobs, "list jobs (tq_jobs): in add order; with --queue and --state, "
+                "one page in the order of that list")
     c.add_argument("--queue", help="only this queue")
     c.add_argument("--state", choices=STATES, help="only jobs in this state")
+    c.add_argument("--group", help="only jobs of this group")
+    c.add_argument("--prefix", help="only jobs whose id starts with this, in id order")
+    c.add_argument("--after", metavar="ID", help="the next page: after this job (with --queue and "
+                   "--state: in that list's order, see tq_jobs)")
     c.add_argument("--limit", type=int, default=100, help="at most N jobs (default 100; 0: all)")
     c.add_argument("--json", action="store_true", help="one JSON object per line, every column")
+    c = command("get", cmd_get, "one job's story: its fields and values, steps and timeline")
+    c.add_argument("id", metavar="ID")
+    c.add_argument("--json", action="store_true", help="one JSON object: job, steps, timeline")
+    c = command("schedules", cmd_schedules, "every schedule (tq_schedules), with its next time")
+    c.add_argument("--json", action="store_true", help="one JSON object per line")
     c = command("watch", cmd_watch, "print state changes as they happen (Ctrl-C stops)")
     c.add_argument("--queue", help="only this queue")
+    c.add_argument("--json", action="store_true", help="one JSON object per line")
     c.add_argument("-n", type=int, default=10, help="start with the last N events (default 10)")
     c.add_argument("--since", type=int, metavar="SEQ", help="start after this seq instead")
     c.add_argument("--interval", type=float, default=0.2, help=argparse.SUPPRESS)

@@ -1,77 +1,270 @@
 """`tinyq dashboard DB`: a live page about one store, on http://127.0.0.1:8321/.
 
 Standard library only. The page (dashboard.html beside this file, no external scripts)
-fetches /api/state every 1.5 s and draws it; its Retry buttons POST /api/retry.
+draws the queues, a chart, the jobs of each list and one job's page; every action goes
+through tinyq's own functions (tq_cancel, tq_retry, tq_queue).
 
-    GET  /            the page
-    GET  /api/state   {db, now, queues (tq_stats rows), running, failed, chart}
-    POST /api/retry   {"id": ID} -> {"retried": true or false}     (tq_retry)
+    GET  /  and  /job/<id>     the page (the job's page is the same page, routed by path)
+    GET  /api/state            {db, now, queues (tq_stats + settings), running, failed, chart, schedules}
+    GET  /api/jobs?queue=Q&state=S[&group=G][&prefix=P][&after=ID][&limit=N]   {jobs, next}
+    GET  /api/job/<id>[?since=SEQ]   {job (tq_get; null when gone but its events are kept: cancelled),
+                                      steps (tq_steps), timeline (its events after SEQ)}
+    GET  /metrics              Prometheus text format
+    POST /api/cancel  {"id": ID}                       -> {"cancelled": true or false}
+    POST /api/retry   {"id": ID} or {"queue": Q}       -> {"retried": true or false} or {"retried": n}
+    POST /api/pause   {"queue": Q, "paused": bool}     -> {"settings": ...}
+    POST /api/limits  {"queue": Q, "settings": {...}}  -> {"settings": ...}  (limits only)
+    POST /api/schedule {"name": N, "paused": bool}     -> {"schedule": ...}
+
+Every request must name this server as its Host, and a browser's must come from its own
+page (Origin); POSTs take JSON only. It listens on 127.0.0.1 unless told otherwise.
 """
 import http.server
 import json
 import os
 import sqlite3
 import threading
+import urllib.parse
 
-from .cli import connect, one, rows
+from . import views
+from .cli import connect, one
 
 WINDOW_MS = 10 * 60 * 1000      # the chart shows the last 10 minutes,
 BUCKET_MS = 10 * 1000           # in bars of 10 seconds
-LIST_LIMIT = 50                 # running and failed jobs shown
+LIST_LIMIT = 10                 # running and failed jobs on the front page
+PAGE_LIMIT = 50                 # jobs per page of a list (at most 500)
+LIMITS = ("concurrency", "rate", "group_concurrency", "group_rate", "attempts", "lease", "timeout")
+RETRY_BATCH = 500               # failed jobs retried per transaction by "retry all"
 
 with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "dashboard.html"),
           "rb") as _f:
     PAGE = _f.read()
 
 
+class BadRequest(Exception):
+    """A request this server refuses: 400 (or the status given) with the message."""
+
+    def __init__(self, message, status=400):
+        super().__init__(message)
+        self.status = status
+
+
 class Store:
-    """The dashboard's connection, shared by the server's threads under a lock, and the
-    chart's counts per bar, kept up to date from tq_watch."""
+    """The dashboard's connection, shared by the server's threads under a lock; the chart's
+    counts per bar and the starts/failures counters, kept up to date from tq_watch."""
 
     def __init__(self, path):
         self.name = os.path.basename(path)
         self.conn = connect(path, check_same_thread=False)
         self.lock = threading.Lock()
         self.bars = {}          # bar start (ms) -> {"done": n, "failed": n}
+        self.starts, self.failures = {}, {}     # queue -> events seen since the window began
         now = one(self.conn, "SELECT tq_now()")
-        # Where the window's events begin (tinyq_events.seq is tq_watch's seq). `at` has no
-        # index: this reads the events once, at start; later reads follow tq_watch.
-        first = one(self.conn, "SELECT min(seq) FROM tinyq_events WHERE at >= ?", now - WINDOW_MS)
-        self.seq = first - 1 if first else one(self.conn, "SELECT max(seq) FROM tinyq_events") or 0
+        # Where the window's events begin. `at` has no index: one pass over the log, at start;
+        # later reads follow tq_watch from there.
+        last, first = self.conn.execute(
+            "SELECT max(seq), min(CASE WHEN at >= ? THEN seq END) FROM tq_watch", (now - WINDOW_MS,)).fetchone()
+        self.seq = first - 1 if first else last or 0
 
-    def _jobs(self, sql):
-        cols, body = rows(self.conn, sql, LIST_LIMIT)
-        return [dict(zip(cols, row)) for row in body]
+    def _follow(self):
+        for seq, queue, state, at in self.conn.execute(
+                "SELECT seq, queue, state, at FROM tq_watch(?)", (self.seq,)):
+            self.seq = seq
+            if state == "running":
+                self.starts[queue] = self.starts.get(queue, 0) + 1
+            elif state == "failed":
+                self.failures[queue] = self.failures.get(queue, 0) + 1
+            if state in ("done", "failed"):
+                self.bars.setdefault(at - at % BUCKET_MS, {"done": 0, "failed": 0})[state] += 1
+
+    def _queues(self):
+        queues = views.dicts(self.conn, "SELECT * FROM tq_stats")
+        for q in queues:
+            q["settings"] = json.loads(one(self.conn, "SELECT tq_queue(?)", q["queue"]))
+        return queues
+
+    def _require_queue(self, queue):
+        if not isinstance(queue, str) or one(self.conn, "SELECT 1 FROM tq_stats(?)", queue) is None:
+            raise BadRequest("no queue %r" % (queue,), 404)
 
     def state(self):
         with self.lock:
             now = one(self.conn, "SELECT tq_now()")
-            for seq, state, at in self.conn.execute(
-                    "SELECT seq, state, at FROM tq_watch(?)", (self.seq,)):
-                self.seq = seq
-                if state in ("done", "failed"):
-                    self.bars.setdefault(at - at % BUCKET_MS, {"done": 0, "failed": 0})[state] += 1
+            self._follow()
             starts = range(now - now % BUCKET_MS - WINDOW_MS + BUCKET_MS, now + 1, BUCKET_MS)
             self.bars = {b: n for b, n in self.bars.items() if b >= starts[0]}
-            cols, body = rows(self.conn, "SELECT * FROM tq_stats")
+            queues = self._queues()
+            lists = {state: [] for state in ("running", "failed")}
+            for q in queues:
+                for state in lists:
+                    if q[state]:
+                        lists[state] += views.page(self.conn, q["queue"], state, limit=LIST_LIMIT)["jobs"]
+            lists["running"].sort(key=lambda j: j["lease_until"] or 0)
+            lists["failed"].sort(key=lambda j: -(j["settled_at"] or 0))
             return {
                 "db": self.name,
                 "now": now,
-                "queues": [dict(zip(cols, row)) for row in body],
-                "running": self._jobs(
-                    "SELECT id, queue, worker, attempt, lease_until, progress FROM tq_jobs "
-                    "WHERE state = 'running' ORDER BY lease_until LIMIT ?"),
-                "failed": self._jobs(
-                    "SELECT id, queue, attempt, settled_at, error FROM tq_jobs "
-                    "WHERE state = 'failed' ORDER BY settled_at DESC LIMIT ?"),
+                "queues": queues,
+                "running": lists["running"][:LIST_LIMIT],
+                "failed": lists["failed"][:LIST_LIMIT],
+                "schedules": views.schedules(self.conn),
                 "chart": {"start": starts[0], "bucket_ms": BUCKET_MS,
                           "done": [self.bars.get(b, {}).get("done", 0) for b in starts],
                           "failed": [self.bars.get(b, {}).get("failed", 0) for b in starts]},
             }
 
-    def retry(self, job_id):
+    def jobs(self, query):
+        def arg(name):
+            values = query.get(name)
+            return values[0] if values and values[0] != "" else None
+        try:
+            limit = min(max(int(arg("limit") or PAGE_LIMIT), 1), 500)
+        except ValueError:
+            raise BadRequest("limit must be a number")
+        state = arg("state")
+        if state is not None and state not in views.LIST_STATES:
+            raise BadRequest("state must be one of %s" % ", ".join(views.LIST_STATES))
         with self.lock:
-            return bool(one(self.conn, "SELECT tq_retry(?)", job_id))
+            try:
+                page = views.page(self.conn, arg("queue"), state, arg("group"), arg("prefix"), arg("after"), limit)
+            except sqlite3.OperationalError as err:
+                if str(err).startswith("tq_jobs:"):     # an `after` that is no job's id, ...
+                    raise BadRequest(str(err))
+                raise
+            return dict(page, now=one(self.conn, "SELECT tq_now()"))
+
+    def job(self, job_id, since="0"):
+        """The job's story; its page asks for the events after the last one it has, so that
+        only the first look reads the whole event log."""
+        if not since.isdigit():
+            raise BadRequest("since must be a seq")
+        with self.lock:
+            story = views.job_story(self.conn, job_id, int(since))
+            if story is None:
+                raise BadRequest("no job %r" % job_id, 404)
+            return dict(story, now=one(self.conn, "SELECT tq_now()"))
+
+    def cancel(self, body):
+        job_id = field(body, "id", str)
+        with self.lock:
+            return {"cancelled": bool(one(self.conn, "SELECT tq_cancel(?)", job_id))}
+
+    def retry(self, body):
+        if "queue" in body:
+            return {"retried": self.retry_queue(field(body, "queue", str))}
+        job_id = field(body, "id", str)
+        with self.lock:
+            return {"retried": bool(one(self.conn, "SELECT tq_retry(?)", job_id))}
+
+    def retry_queue(self, queue):
+        """Every failed job of the queue waits again, a batch per transaction (so the lock
+        is never held for long); the failed list shrinks as it goes, so no cursor is needed."""
+        retried = 0
+        while True:
+            with self.lock:
+                self._require_queue(queue)
+                ids = [j["id"] for j in views.page(self.conn, queue, "failed", limit=RETRY_BATCH)["jobs"]]
+                if not ids:
+                    return retried
+                self.conn.execute("BEGIN IMMEDIATE")
+                try:
+                    done = sum(one(self.conn, "SELECT tq_retry(?)", i) for i in ids)
+                    self.conn.execute("COMMIT")
+                except BaseException:
+                    self.conn.execute("ROLLBACK")
+                    raise
+            retried += done
+            if not done:
+                return retried
+
+    def set_queue(self, queue, settings):
+        with self.lock:
+            self._require_queue(queue)
+            try:
+                return {"settings": json.loads(one(self.conn, "SELECT tq_queue(?, ?)", queue, json.dumps(settings)))}
+            except sqlite3.OperationalError as err:   # tinyq's message names the bad setting
+                raise BadRequest(str(err))
+
+    def pause(self, body):
+        return self.set_queue(field(body, "queue", str), {"paused": field(body, "paused", bool)})
+
+    def limits(self, body):
+        settings = field(body, "settings", dict)
+        unknown = sorted(set(settings) - set(LIMITS))
+        if unknown:
+            raise BadRequest("not a limit: %s (limits: %s)" % (", ".join(unknown), ", ".join(LIMITS)))
+        return self.set_queue(field(body, "queue", str), settings)
+
+    def schedule(self, body):
+        """Pauses or resumes a schedule: tq_schedule again with its own definition
+        (tq_schedule_get) and `paused` changed. A resumed schedule waits for its next time."""
+        name, paused = field(body, "name", str), field(body, "paused", bool)
+        with self.lock:
+            text = one(self.conn, "SELECT tq_schedule_get(?)", name)
+            if text is None:
+                raise BadRequest("no schedule %r" % name, 404)
+            s = json.loads(text)
+            options = {k: s[k] for k in ("tz", "priority", "group", "attempts", "meta", "missed")
+                       if s[k] is not None}
+            payload = s["payload"] if isinstance(s["payload"], str) else json.dumps(s["payload"])
+            return {"schedule": json.loads(one(
+                self.conn, "SELECT tq_schedule(?, ?, ?, ?, ?)", name, s["queue"], s["when"], payload,
+                json.dumps(dict(options, paused=paused))))}
+
+    def metrics(self):
+        with self.lock:
+            self._follow()
+            return metrics_text(self.conn, views.dicts(self.conn, "SELECT * FROM tq_stats"),
+                                self.starts, self.failures, views.schedules(self.conn),
+                                one(self.conn, "SELECT tq_now()"))
+
+
+def field(body, name, kind):
+    value = body.get(name)
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        raise BadRequest("send JSON with %r (%s)" % (name, kind.__name__))
+    return value
+
+
+def metrics_text(conn, stats, starts, failures, schedules, now):
+    """The Prometheus text exposition (version 0.0.4) of a store."""
+    out = []
+
+    def family(name, kind, help, samples):
+        out.append("# HELP %s %s" % (name, help))
+        out.append("# TYPE %s %s" % (name, kind))
+        for labels, value in samples:
+            text = ",".join('%s="%s"' % (k, escape(v)) for k, v in labels)
+            out.append("%s{%s} %s" % (name, text, value))
+
+    family("tinyq_jobs", "gauge", "Jobs by queue and state.",
+           [((("queue", q["queue"]), ("state", s)), q[s]) for q in stats for s in views.LIST_STATES])
+    family("tinyq_running_leases", "gauge", "Running jobs whose lease has not run out.",
+           [((("queue", q["queue"]),), q["leases"]) for q in stats])
+    family("tinyq_oldest_waiting_seconds", "gauge", "How long the longest-waiting due job has been due.",
+           [((("queue", q["queue"]),), (q["oldest_waiting_ms"] or 0) / 1000) for q in stats])
+    family("tinyq_queue_paused", "gauge", "1 when the queue is paused.",
+           [((("queue", q["queue"]),), q["paused"]) for q in stats])
+    names = sorted({q["queue"] for q in stats} | set(starts) | set(failures))
+    family("tinyq_starts_total", "counter", "Attempts started (claims), seen by this dashboard since it started.",
+           [((("queue", n),), starts.get(n, 0)) for n in names])
+    family("tinyq_failures_total", "counter", "Jobs failed for good, seen by this dashboard since it started.",
+           [((("queue", n),), failures.get(n, 0)) for n in names])
+    if schedules is not None:
+        family("tinyq_schedule_lag_seconds", "gauge",
+               "How far past its next time a schedule is (0 while it is not due; paused: 0).",
+               [((("queue", s["queue"]), ("schedule", s["name"])),
+                 max(0, now - s["next_at"]) / 1000 if s["next_at"] is not None and not s["paused"] else 0)
+                for s in schedules])
+    return "\n".join(out) + "\n"
+
+
+def escape(value):
+    return str(value).replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+POSTS = {"/api/cancel": Store.cancel, "/api/retry": Store.retry, "/api/pause": Store.pause,
+         "/api/limits": Store.limits, "/api/schedule": Store.schedule}
 
 
 class Handler(http.server.BaseHTTPRequestHandler):
@@ -80,26 +273,38 @@ class Handler(http.server.BaseHTTPRequestHandler):
     def do_GET(self):
         if not self._allowed():
             return
-        if self.path == "/":
+        url = urllib.parse.urlsplit(self.path)
+        path, store = url.path, self.server.store
+        if path == "/" or path.startswith("/job/"):
             self._send(200, PAGE, "text/html; charset=utf-8")
-        elif self.path == "/api/state":
-            self._answer(self.server.store.state)
+        elif path == "/api/state":
+            self._answer(store.state)
+        elif path == "/api/jobs":
+            self._answer(lambda: store.jobs(urllib.parse.parse_qs(url.query)))
+        elif path.startswith("/api/job/"):
+            job_id = urllib.parse.unquote(path[len("/api/job/"):])
+            since = urllib.parse.parse_qs(url.query).get("since", ["0"])[0]
+            self._answer(lambda: store.job(job_id, since))
+        elif path == "/metrics":
+            self._answer(store.metrics, "text/plain; version=0.0.4; charset=utf-8")
         else:
             self._send_json(404, {"error": "not found"})
 
     def do_POST(self):
         if not self._allowed():
             return
-        if self.path != "/api/retry":
+        action = POSTS.get(self.path)
+        if action is None:
             return self._send_json(404, {"error": "not found"})
         if self.headers.get_content_type() != "application/json":
-            return self._send_json(415, {"error": "send JSON: {\"id\": ...}"})
+            return self._send_json(415, {"error": "send JSON"})
         try:
-            job_id = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)))["id"]
-            assert isinstance(job_id, str)
-        except (ValueError, KeyError, TypeError, AssertionError):
-            return self._send_json(400, {"error": "send JSON: {\"id\": ...}"})
-        self._answer(lambda: {"retried": self.server.store.retry(job_id)})
+            body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)))
+            if not isinstance(body, dict):
+                raise ValueError
+        except ValueError:
+            return self._send_json(400, {"error": "send a JSON object"})
+        self._answer(lambda: action(self.server.store, body))
 
     def _allowed(self):
         """Only requests addressed to this server by name (against DNS rebinding) and, when
@@ -111,11 +316,17 @@ class Handler(http.server.BaseHTTPRequestHandler):
         self._send_json(403, {"error": "forbidden"})
         return False
 
-    def _answer(self, compute):
+    def _answer(self, compute, content_type=None):
         try:
-            self._send_json(200, compute())
+            value = compute()
+        except BadRequest as err:
+            return self._send_json(err.status, {"error": str(err)})
         except sqlite3.Error as err:        # busy, most likely: the page tries again
-            self._send_json(503, {"error": str(err)})
+            return self._send_json(503, {"error": str(err)})
+        if content_type:
+            self._send(200, value.encode(), content_type)
+        else:
+            self._send_json(200, value)
 
     def _send_json(self, status, value):
         self._send(status, json.dumps(value).encode(), "application/json")

@@ -1,0 +1,71 @@
+"""What an operator reads about a store, shared by the command line and the dashboard: one
+job's story (tq_get, tq_steps, and its timeline from tq_watch), pages of a queue's jobs
+(tq_jobs, continued by `after`, never OFFSET), and the schedules (tq_schedules)."""
+import json
+import sqlite3
+
+LIST_STATES = ("waiting", "scheduled", "running", "done", "failed")
+# A list row: what a table shows; payload, result and meta are on the job's page.
+LIST_COLUMNS = ("id, queue, state, group_key, priority, attempt, run_at, lease_until, worker, "
+                "error, progress, created_at, settled_at")
+
+
+def dicts(conn, sql, *args):
+    cur = conn.execute(sql, args)
+    cols = [c[0] for c in cur.description]
+    return [dict(zip(cols, row)) for row in cur]
+
+
+def job_story(conn, job_id, since=0):
+    """None when there is no such job, else {job, steps, timeline}: tq_get's object (None
+    for a job that is gone but whose events are kept: a cancelled one), the steps kept, and
+    the job's events after `since` (every event, with 0). The event log keeps
+    the worker only on an attempt's `running` event (its detail), so each event shows the
+    worker of its attempt (for the current attempt, tq_get's worker; else None if that
+    attempt's running event is not among these)."""
+    text = conn.execute("SELECT tq_get(?)", (job_id,)).fetchone()[0]
+    job = None if text is None else json.loads(text)
+    # The event log has no index by job: this reads the events after `since`.
+    timeline = dicts(conn, "SELECT seq, state, attempt, at, detail FROM tq_watch WHERE job = ? AND since = ?",
+                     job_id, since)
+    if job is None:     # a cancelled job is gone, but its events are kept: job None
+        return {"job": None, "steps": [], "timeline": _workers(timeline, {})} if timeline or since else None
+    steps = dicts(conn, "SELECT name, attempt, value, created_at FROM tq_steps(?)", job_id)
+    workers = {job["attempt"]: job["worker"]} if job["attempt"] else {}
+    return {"job": job, "steps": steps, "timeline": _workers(timeline, workers)}
+
+
+def _workers(timeline, workers):
+    """Each event with the worker of its attempt: the detail of that attempt's running event."""
+    for event in timeline:
+        if event["state"] == "running":
+            workers[event["attempt"]] = event["detail"]
+    for event in timeline:
+        event["worker"] = workers.get(event["attempt"])
+    return timeline
+
+
+def page(conn, queue=None, state=None, group=None, prefix=None, after=None, limit=50, columns=LIST_COLUMNS):
+    """{jobs, next}: up to `limit` jobs of `queue` in `state` in tinyq's order for that list
+    (or, with `prefix`, in id order), after the job `after`; `next` is the `after` of the
+    following page, or None on the last page."""
+    where, args = [], []
+    for column, value in (("queue", queue), ("state", state), ("group_key", group),
+                          ("prefix", prefix), ("after", after)):
+        if value is not None:
+            where.append("%s = ?" % column)
+            args.append(value)
+    sql = "SELECT %s FROM tq_jobs%s LIMIT ?" % (columns, " WHERE " + " AND ".join(where) if where else "")
+    jobs = dicts(conn, sql, *args, limit + 1)
+    more = len(jobs) > limit
+    return {"jobs": jobs[:limit], "next": jobs[limit - 1]["id"] if more else None}
+
+
+def schedules(conn):
+    """Every schedule (tq_schedules), or None when this tinyq has no schedules."""
+    try:
+        return dicts(conn, "SELECT * FROM tq_schedules")
+    except sqlite3.OperationalError as err:
+        if "no such table" in str(err):
+            return None
+        raise
