@@ -26,6 +26,7 @@ pub struct Claimed {
     pub group: Option<String>,
     pub lease_until: i64,
     pub deadline: i64,
+    pub meta: Val,
 }
 
 /// The checked arguments of tq_claim(queue, worker, n [, options]).
@@ -187,6 +188,7 @@ pub struct Picked {
     attempt: i64,
     payload: Val,
     group: Option<String>,
+    meta: Val,
 }
 
 /// The due jobs to take, in order (JOB-01), within every limit. A job whose group is full
@@ -202,7 +204,7 @@ pub fn plan(conn: &Conn, q: &Settings, now: i64, n: i64) -> Result<Vec<Picked>> 
     };
     let mut st = conn.query(
         // seq and grp come from the index; the row itself is read only for a picked job.
-        "SELECT seq, grp, id, attempt, payload FROM tinyq_jobs WHERE status = 'queued' AND queue = ?1 AND run_at <= ?2
+        "SELECT seq, grp, id, attempt, payload, meta FROM tinyq_jobs WHERE status = 'queued' AND queue = ?1 AND run_at <= ?2
          ORDER BY priority DESC, run_at, seq",
         &[&q.name, &now],
     )?;
@@ -222,6 +224,7 @@ pub fn plan(conn: &Conn, q: &Settings, now: i64, n: i64) -> Result<Vec<Picked>> 
             attempt: st.int(3),
             payload: st.val(4),
             group,
+            meta: st.val(5),
         });
     }
     Ok(picked)
@@ -273,6 +276,7 @@ fn take(conn: &Conn, q: &Settings, picked: Vec<Picked>, worker: &str, lease: i64
             group: job.group,
             lease_until,
             deadline,
+            meta: job.meta,
         });
     }
     Ok(out)
