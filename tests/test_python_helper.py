@@ -1,5 +1,6 @@
 """The Python worker helper (python/tinyq): Queue methods, the work() loop, and what it
 promises across threads and real processes (SIGKILL, SIGTERM, lease renewal, cancel)."""
+import logging
 import os
 import signal
 import sqlite3
@@ -449,3 +450,100 @@ def test_renewals_keep_a_long_handlers_lease(db_path, queue, db):
     job = queue.get("long")
     assert job["state"] == "done" and job["attempt"] == 1 and job["result"] == "still mine"
     assert [e["state"] for e in queue.watch()].count("running") == 1
+
+
+# -- the thread pool (issue 14) ----------------------------------------------------------
+
+def test_pool_threads_and_connections_live_as_long_as_work(queue):
+    ids = [queue.add({"i": i}) for i in range(40)]
+    seen = []
+
+    def handler(payload, run):
+        seen.append((threading.get_ident(), id(run.conn)))
+
+    thread, box = start_work(queue, handler, concurrency=3)
+    wait_for(lambda: all(queue.get(i)["state"] == "done" for i in ids))
+    stop(queue, thread)
+    assert box["handled"] == 40 and len(seen) == 40
+    assert len({t for t, _ in seen}) <= 3 and len({c for _, c in seen}) <= 3
+
+
+def test_heartbeat_renews_every_running_job_in_one_pass(queue):
+    queue.settings(lease="1s")
+    release = threading.Event()
+
+    def handler(payload, run):
+        release.wait(10)
+
+    thread, _ = start_work(queue, handler, concurrency=3)
+    for i in range(3):                           # claimed 150 ms apart
+        queue.add({}, id="j%d" % i)
+        wait_for(lambda: queue.get("j%d" % i)["state"] == "running")
+        time.sleep(0.15)
+    time.sleep(1.0)                              # past the first renewal
+    leases = [queue.get("j%d" % i)["lease_until"] for i in range(3)]
+    release.set()
+    wait_for(lambda: all(queue.get("j%d" % i)["state"] == "done" for i in range(3)))
+    stop(queue, thread)
+    assert max(leases) - min(leases) <= 5, leases     # renewed together, not 150 ms apart
+    assert all(queue.get("j%d" % i)["attempt"] == 1 for i in range(3))
+
+
+def test_errors_class_records_only_the_exception_class(queue):
+    queue.add({}, id="secret", attempts=1)
+
+    def handler(payload, run):
+        raise PermissionError("provider said: key sk-123 is over quota")
+
+    thread, _ = start_work(queue, handler, errors="class")
+    wait_for(lambda: queue.get("secret")["state"] == "failed")
+    stop(queue, thread)
+    assert queue.get("secret")["error"] == "PermissionError"
+    assert not any("sk-123" in (e["detail"] or "") for e in queue.watch())
+    with pytest.raises(ValueError, match="errors"):
+        queue.work(handler, errors="everything")
+
+
+def test_prefetch_claims_ahead_and_puts_those_back_on_stop(queue):
+    for i in range(5):
+        queue.add({"i": i}, id="p%d" % i, priority=10 - i)
+    started = threading.Event()
+
+    def handler(payload, run):
+        started.set()
+        if payload["i"] == 0:
+            time.sleep(1.0)
+
+    thread, box = start_work(queue, handler, prefetch=2)
+    assert started.wait(10)
+    running = [queue.get("p%d" % i)["state"] for i in range(5)]
+    queue.stop()
+    thread.join(15)
+    assert not thread.is_alive()
+    assert running == ["running", "running", "running", "waiting", "waiting"]
+    states = [queue.get("p%d" % i)["state"] for i in range(5)]
+    assert states == ["done", "waiting", "waiting", "waiting", "waiting"]
+    assert queue.get("p1")["tries"] == 0          # put back by a snooze: not a try used up
+    assert box["handled"] == 3
+
+
+def test_meta_reaches_the_handler_and_the_log_filter(queue, caplog):
+    queue.add({}, id="m", meta={"correlation_id": "req-7", "tenant": "acme"})
+    queue.add({}, id="plain")
+    seen = {}
+    logger = logging.getLogger("test_meta")
+    caplog.handler.addFilter(tinyq.JobContextFilter())
+
+    def handler(payload, run):
+        seen[run.id] = (run.meta, tinyq.current_run.get() is run)
+        logger.warning("handling")
+
+    with caplog.at_level(logging.WARNING, logger="test_meta"):
+        thread, _ = start_work(queue, handler)
+        wait_for(lambda: len(seen) == 2)
+        stop(queue, thread)
+    assert seen["m"] == ({"correlation_id": "req-7", "tenant": "acme"}, True)
+    assert seen["plain"] == ({}, True)
+    tagged = {(r.job_id, r.correlation_id) for r in caplog.records if r.name == "test_meta"}
+    assert tagged == {("m", "req-7"), ("plain", None)}
+    assert tinyq.current_run.get() is None
