@@ -102,12 +102,13 @@ function options(object) {
   return Object.keys(out).length ? JSON.stringify(out) : null;
 }
 
-/** "Name: message" for a thrown Error (the class name when `name` was left as "Error"). */
-function errorText(err) {
-  if (!(err instanceof Error)) return String(err);
+/** "Name: message" for a thrown Error (the class name when `name` was left as "Error");
+ * only "Name" with errors = 'class', for messages that should not travel with the job. */
+function errorText(err, errors = 'message') {
+  if (!(err instanceof Error)) return errors === 'class' ? typeof err : String(err);
   let name = err.name || 'Error';
   if (name === 'Error' && err.constructor && err.constructor.name) name = err.constructor.name;
-  return err.message ? `${name}: ${err.message}` : name;
+  return err.message && errors !== 'class' ? `${name}: ${err.message}` : name;
 }
 
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
@@ -139,6 +140,8 @@ class Run {
     this.group = job.group_key;
     this.leaseUntil = job.lease_until;
     this.deadline = job.deadline;
+    const meta = decode(job.meta ?? null);
+    this.meta = meta !== null && typeof meta === 'object' && !Array.isArray(meta) ? meta : {}; // tq_add's meta
     this.cancelled = false; // true once the job was cancelled or timed out
     this._abort = new AbortController();
     this.signal = this._abort.signal; // aborted when `cancelled` becomes true (for fetch etc.)
@@ -210,7 +213,7 @@ class Queue {
     this._wake = () => {};
   }
 
-  /** Add a job; returns its id. Options: id, delay, at, group, priority, attempts. */
+  /** Add a job; returns its id. Options: id, delay, at, group, priority, attempts, meta. */
   add(payload, opts) {
     const o = options(opts);
     const id = o === null
@@ -255,7 +258,7 @@ class Queue {
    * with handleSignals). Up to `concurrency` handlers run at once. Resolves, with how many
    * jobs it handled, once stopped and every job in flight has finished and settled.
    * Options: concurrency (1), worker (host:pid), lease (the queue's), poll (1000 ms),
-   * handleSignals (false).
+   * handleSignals (false), errors ('message'; 'class' records only the error's class).
    */
   work(handler, opts = {}) {
     if (this._working) throw new Error('this Queue is already working');
@@ -281,35 +284,71 @@ class Queue {
 
 // -- the worker loop -------------------------------------------------------------------
 
-// How often an idle worker looks for work. better-sqlite3 runs every call on the main
-// thread, so `tq_wait(q, 1000)` would freeze the event loop (handlers, renewals, timers)
-// for up to a second. Instead the loop sleeps in JS and asks `tq_wait(q, 0)` every QUICK
-// ms: a read-only check that takes no lock and returns at once. It also claims every
-// `poll` ms whatever tq_wait says, so a wrong "0" can only delay a job, never strand it.
-// An idle claim commits nothing, so it wakes no other process's tq_wait.
-const QUICK = 50;
+// An idle worker sleeps in tq_wait on a worker_thread of its own (waiter.js), which posts a
+// message when a job may be claimable: better-sqlite3 is synchronous, so tq_wait on the main
+// thread would freeze the event loop. The loop also claims every `poll` ms whatever happens.
+
+/** The claim statement: with the job's meta when this build's tq_claim has its hidden
+ * `meta` column (store schema 3 and later), NULL in its place before. */
+function claimStatement(db, claimOpts) {
+  const hasMeta = db.prepare("SELECT 1 FROM pragma_table_xinfo('tq_claim') WHERE name = 'meta'").pluck().get();
+  return `SELECT id, attempt, payload, group_key, lease_until, deadline, ${hasMeta ? 'meta' : 'NULL AS meta'}`
+    + ` FROM tq_claim(?, ?, ?${claimOpts === null ? ')' : ', ?)'}`;
+}
+
+/** The waiter thread, and `arm()`: wake me (the promise resolves) when a job may be claimable. */
+function startWaiter(file, queueName) {
+  const { Worker } = require('worker_threads');
+  const worker = new Worker(path.join(__dirname, 'waiter.js'), {
+    workerData: { file, queue: queueName, extension: extensionPath() },
+  });
+  worker.unref(); // never what keeps a process alive
+  let waiting = false; // a tq_wait is under way
+  const resolvers = [];
+  worker.on('message', () => {
+    waiting = false;
+    for (const resolve of resolvers.splice(0)) resolve();
+  });
+  worker.on('error', (err) => console.warn(`tinyq: the wake-up thread failed: ${err.message}`));
+  return {
+    /** Resolves when the waiter's tq_wait returns (after `poll` ms at most). */
+    arm(poll) {
+      if (!waiting) {
+        waiting = true;
+        worker.postMessage({ poll });
+      }
+      return new Promise((resolve) => resolvers.push(resolve));
+    },
+    close() {
+      worker.postMessage({ close: true });
+    },
+  };
+}
 
 async function workLoop(queue, handler, opts) {
   const concurrency = opts.concurrency ?? 1;
   if (!(concurrency >= 1)) throw new Error('concurrency must be at least 1');
+  const errors = opts.errors ?? 'message';
+  if (errors !== 'message' && errors !== 'class') throw new Error(`errors must be 'message' or 'class', not ${errors}`);
   const worker = opts.worker || `${os.hostname()}:${process.pid}`;
   const poll = opts.poll ?? 1000;
   const claimOpts = options({ lease: opts.lease });
-  const claimSql = 'SELECT id, attempt, payload, group_key, lease_until, deadline FROM tq_claim(?, ?, ?'
-    + (claimOpts === null ? ')' : ', ?)');
 
   const file = queue.path || queue.db.name;
   if (!file || file === ':memory:' || queue.db.memory) {
     throw new Error('Queue.work needs a database file (not :memory:)');
   }
   const db = open(file); // the worker's own connection: never inside the caller's transaction
+  const claimSql = claimStatement(db, claimOpts);
+  const waiter = startWaiter(file, queue.name);
   const inflight = new Set();
   let handled = 0;
-  let wake = null;
+  let wake = null; // ends the current nap: a handler finished, stop(), or the waiter
   queue._wake = () => wake && wake();
-  const nap = (ms) => new Promise((resolve) => {
+  const nap = (ms, idle) => new Promise((resolve) => {
     const timer = setTimeout(() => { wake = null; resolve(); }, ms);
     wake = () => { clearTimeout(timer); wake = null; resolve(); };
+    if (idle) waiter.arm(ms).then(() => wake && wake());
   });
 
   const onSignal = () => queue.stop();
@@ -318,18 +357,12 @@ async function workLoop(queue, handler, opts) {
     process.once('SIGINT', onSignal);
   }
   try {
-    let lastClaim = 0;
     while (!queue._stopping) {
       const free = concurrency - inflight.size;
       if (free <= 0) {
-        await nap(poll); // a finishing handler wakes us
+        await nap(poll, false); // a finishing handler wakes us
         continue;
       }
-      if (Date.now() - lastClaim < poll && !quickCheck(db, queue.name)) {
-        await nap(QUICK);
-        continue;
-      }
-      lastClaim = Date.now();
       let jobs = [];
       try {
         jobs = claimOpts === null
@@ -340,31 +373,23 @@ async function workLoop(queue, handler, opts) {
         console.warn(`tinyq: claim on ${queue.name} failed: ${err.message}`);
       }
       for (const job of jobs) {
-        const p = runOne(db, handler, job).finally(() => {
+        const p = runOne(db, handler, job, errors).finally(() => {
           inflight.delete(p);
           queue._wake();
         });
         inflight.add(p);
         handled += 1;
       }
-      if (jobs.length < free) await nap(QUICK);
+      if (jobs.length < free) await nap(poll, true); // idle places: sleep in the waiter's tq_wait
     }
   } finally {
     process.removeListener('SIGTERM', onSignal);
     process.removeListener('SIGINT', onSignal);
     await Promise.allSettled(inflight); // claim nothing more; wait for the work in flight
+    waiter.close();
     db.close();
   }
   return handled;
-}
-
-function quickCheck(db, name) {
-  try {
-    return one(db, 'SELECT tq_wait(?, 0)', name) === 1;
-  } catch (err) {
-    if (!isBusy(err)) throw err;
-    return false;
-  }
 }
 
 function isBusy(err) {
@@ -372,7 +397,7 @@ function isBusy(err) {
 }
 
 /** One claimed job: run the handler with its lease renewed, then settle (unless cancelled). */
-async function runOne(db, handler, job) {
+async function runOne(db, handler, job, errors) {
   const run = new Run(db, job);
   const every = Math.max(job.lease_until - Date.now(), 100) / 2; // renew at half the lease
   let timer = null;
@@ -395,7 +420,7 @@ async function runOne(db, handler, job) {
     const result = await handler(decode(job.payload), run);
     [outcome, value] = ['done', result === undefined ? undefined : encode(result)];
   } catch (err) {
-    [outcome, value] = err instanceof Outcome ? [err.outcome, err.value] : ['error', errorText(err)];
+    [outcome, value] = err instanceof Outcome ? [err.outcome, err.value] : ['error', errorText(err, errors)];
   } finally {
     clearTimeout(timer);
   }
