@@ -547,3 +547,19 @@ def test_meta_reaches_the_handler_and_the_log_filter(queue, caplog):
     tagged = {(r.job_id, r.correlation_id) for r in caplog.records if r.name == "test_meta"}
     assert tagged == {("m", "req-7"), ("plain", None)}
     assert tinyq.current_run.get() is None
+
+
+def test_public_api_has_type_hints_that_resolve():
+    """py.typed promises type checkers hints on the public API: every public method of
+    Queue, AsyncQueue and the runs names its return type, and the hints resolve."""
+    import typing
+    for cls in (tinyq.Queue, tinyq.AsyncQueue, tinyq.Run, tinyq.AsyncRun):
+        for name in dir(cls):
+            member = getattr(cls, name)
+            if name.startswith("_") or not callable(member):
+                continue
+            assert "return" in typing.get_type_hints(member), "%s.%s" % (cls.__name__, name)
+    for fn in (tinyq.open, tinyq.load, tinyq.extension_path):
+        assert "return" in typing.get_type_hints(fn)
+    assert typing.get_type_hints(tinyq.Queue.work)["return"] is int
+    assert os.path.exists(os.path.join(ROOT, "python", "tinyq", "py.typed"))
