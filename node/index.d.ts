@@ -70,6 +70,30 @@ export interface QueueSettings {
   paused?: boolean;
 }
 
+export interface ScheduleOptions {
+  /** An IANA zone such as 'Europe/Paris' (default 'UTC'). */
+  tz?: string;
+  /** After a gap: 'latest' (default) adds one job, 'skip' none, 'all' one per due time. */
+  missed?: 'latest' | 'skip' | 'all';
+  paused?: boolean;
+  priority?: number;
+  group?: string;
+  attempts?: number;
+  meta?: Record<string, unknown>;
+}
+
+export interface Schedule {
+  name: string;
+  queue: string;
+  when: string;
+  tz: string;
+  next_at: number | null;
+  last_at: number | null;
+  last_id: string | null;
+  paused: boolean;
+  [key: string]: unknown;
+}
+
 export interface WorkOptions {
   /** Handlers running at once (1). */
   concurrency?: number;
@@ -139,6 +163,12 @@ export class Queue<P = any> {
   retry(id: string): boolean;
   watch(since?: number): JobEvent[];
   settings(options?: QueueSettings): Record<string, unknown>;
+  /** Creates or replaces the schedule `name`: a cron expression, '@every 10m', '@daily'... */
+  schedule(name: string, when: string, payload: P, options?: ScheduleOptions): Schedule;
+  /** Removes the schedule `name`; false when there was none. */
+  unschedule(name: string): boolean;
+  /** This queue's schedules. */
+  schedules(): Schedule[];
   /** Runs `handler` for this queue's jobs until stop(); resolves with how many it handled. */
   work<R = unknown>(handler: Handler<P, R>, options?: WorkOptions): Promise<number>;
   /** Claims nothing more; resolves once the jobs in flight have settled. */

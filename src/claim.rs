@@ -8,7 +8,7 @@ use crate::ffi::{Result, Val};
 use crate::options::{self, Options};
 use crate::queues::{self, Settings};
 use crate::settle::{self, Held, Outcome};
-use crate::{holders, sweep, wal};
+use crate::{holders, schedules, sweep, wal};
 
 /// Most jobs one claim may take.
 pub const MAX_BATCH: i64 = 1000;
@@ -58,6 +58,7 @@ pub fn run(conn: &Conn, req: &Request) -> Result<Vec<Claimed>> {
     wal::before_claim(conn);
     conn.write_tx(|| {
         let now = conn.now();
+        schedules::add_due(conn, queue, now)?; // CRON-01: due times become jobs first
         let q = queues::load(conn, queue)?;
         let look = Pending::probe(conn, &q, now)?;
         if look.other_holders {

@@ -1,4 +1,4 @@
-//! The table-valued functions: tq_claim, tq_watch, tq_jobs, tq_stats.
+//! The table-valued functions: tq_claim, tq_watch, tq_jobs, tq_stats, tq_schedules.
 
 use std::rc::Rc;
 
@@ -189,5 +189,28 @@ impl TableFn for Stats {
             &[&conn.now(), &queue],
         )?;
         Ok(Rows::query(st))
+    }
+}
+
+/// SELECT * FROM tq_schedules: every schedule, with the time of its next job (NULL while
+/// paused).
+pub struct Schedules;
+
+impl TableFn for Schedules {
+    const NAME: &'static str = "tq_schedules";
+    const SCHEMA: &'static str = "CREATE TABLE x(name TEXT, queue TEXT, \"when\" TEXT, tz TEXT, next_at INTEGER,
+        last_at INTEGER, last_id TEXT, paused INTEGER)";
+    const VISIBLE: usize = 8;
+    const FILTERS: &'static [usize] = &[];
+    const DIRECT_ONLY: bool = false;
+    fn rows(conn: &Rc<Conn>, _: &[Option<Val>]) -> Result<Rows> {
+        if !schema::exists(conn)? {
+            return Ok(Rows::list(vec![]));
+        }
+        Ok(Rows::query(conn.query(
+            "SELECT name, queue, expr, tz, CASE WHEN paused = 0 THEN next_at END, last_at, last_id, paused
+             FROM tinyq_schedules ORDER BY name",
+            &[],
+        )?))
     }
 }

@@ -24,6 +24,7 @@ import threading
 from typing import Any, Callable, Dict, List, Optional, Union
 
 from ._context import Cancelled, JobContextFilter, Outcome, current_run
+from ._schedules import Schedules
 from ._sql import _encode, _one, _options, _rows
 from ._worker import Run, work_loop
 
@@ -99,7 +100,7 @@ def _configure(conn, busy_timeout):
     _rows(conn, "PRAGMA synchronous=NORMAL")
 
 
-class Queue:
+class Queue(Schedules):
     """One named queue in one SQLite file.
 
     `conn_or_path` is a path (the Queue opens its own connection with `tinyq.open`) or a

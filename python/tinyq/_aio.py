@@ -366,6 +366,16 @@ class AsyncQueue:
     async def settings(self, **settings: Any) -> Optional[Dict[str, Any]]:
         return await self._q("settings", **settings)
 
+    async def schedule(self, name: str, when: str, payload: Any, **options: Any) -> Dict[str, Any]:
+        """Create or replace the schedule `name` of this queue (as Queue.schedule)."""
+        return await self._q("schedule", name, when, payload, **options)
+
+    async def unschedule(self, name: str) -> bool:
+        return await self._q("unschedule", name)
+
+    async def schedules(self) -> List[Dict[str, Any]]:
+        return await self._q("schedules")
+
     async def work(self, handler: Callable[[Any, AsyncRun], Awaitable[Any]], concurrency: int = 1,
                    worker: Optional[str] = None, poll: float = 1.0, lease: Any = None,
                    errors: str = "message") -> int:

@@ -22,6 +22,12 @@ const handled: Promise<number> = replies.work(async (payload, run: Run) => {
 void handled;
 const db = open('app.db');
 new Queue(db, 'other').watch(0).forEach((e) => e.state === 'progress');
+const digest = replies.schedule('digest', '0 9 * * mon', { messageId: 0 }, { tz: 'Europe/Paris', missed: 'skip' });
+const next: number | null = digest.next_at;
+void next;
+replies.schedules().map((s) => s.paused);
+// @ts-expect-error: missed is 'latest', 'skip' or 'all'
+replies.schedule('d', '@daily', { messageId: 0 }, { missed: 'sometimes' });
 const o = new Outcome('retry', 1000);
 void o;
 
