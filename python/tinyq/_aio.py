@@ -31,7 +31,8 @@ from typing import Any, Awaitable, Callable, Dict, List, Optional, Set, Tuple
 
 from ._context import RunBase, current_run, is_busy
 from ._sql import _decode, _encode, _ms, _one, _rows, _wait
-from ._worker import COLUMNS, claim_sql, outcome_of_exception, settle_in, transaction
+from ._worker import (COLUMNS, claim_sql, outcome_of_exception, renew_all, renew_soon, renewed,
+                      settle_in, transaction)
 
 log = logging.getLogger("tinyq")
 
@@ -160,13 +161,6 @@ def _settle_and_claim(conn: Any, sql: str, batch: List[Tuple[AsyncRun, str, Any]
     return []
 
 
-_RENEW = "SELECT tq_renew(json_extract(value, '$[0]'), json_extract(value, '$[1]')) FROM json_each(?)"
-
-
-def _renew_all(conn: Any, pairs: str) -> List[Any]:
-    return [row[0] for row in transaction(conn, lambda: _rows(conn, _RENEW, pairs))]
-
-
 class _AsyncWork:
     """One `await q.work(...)`: its loop, tasks, heartbeat and waiter."""
 
@@ -274,25 +268,14 @@ class _AsyncWork:
                 continue
             runs = list(self.runs)
             try:
-                leases = await self.db.call(_renew_all, json.dumps([[r.id, r.attempt] for r in runs]))
+                leases = await self.db.call(renew_all, json.dumps([[r.id, r.attempt] for r in runs]))
             except Exception as exc:
                 if not is_busy(exc):
                     raise
                 log.warning("tinyq: renewing %d leases failed: %s", len(runs), exc)
-                soon = time.monotonic() + 0.25
-                for run in runs:
-                    if run in self.runs:
-                        self.runs[run] = soon
+                renew_soon(self.runs, runs, 0.25)
                 continue
-            now = time.monotonic()
-            for run, lease_until in zip(runs, leases):
-                if lease_until is None:        # cancelled, timed out, or taken by a later attempt
-                    run.cancelled = True
-                    self.runs.pop(run, None)
-                else:
-                    run.lease_until = lease_until
-                    if run in self.runs:
-                        self.runs[run] = now + run._renew_every
+            renewed(self.runs, runs, leases)
 
     def on_signals(self, loop: asyncio.AbstractEventLoop) -> Callable[[], None]:
         """SIGTERM and SIGINT call stop() while work() runs (main thread only); the

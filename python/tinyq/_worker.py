@@ -112,8 +112,6 @@ class _Heartbeat(threading.Thread):
     transaction, whenever the earliest is at half its lease. A renewal that returns NULL
     marks its run cancelled."""
 
-    RENEW = "SELECT tq_renew(json_extract(value, '$[0]'), json_extract(value, '$[1]')) FROM json_each(?)"
-
     def __init__(self, connect: Callable[[], Any], write_lock: threading.Lock):
         super().__init__(name="tinyq-heartbeat", daemon=True)
         self._connect = connect
@@ -168,25 +166,44 @@ class _Heartbeat(threading.Thread):
         pairs = json.dumps([[run.id, run.attempt] for run in runs])
         try:
             with self._write_lock:
-                leases = [row[0] for row in transaction(conn, lambda: _rows(conn, self.RENEW, pairs))]
+                leases = renew_all(conn, pairs)
         except Exception as exc:  # busy, most likely: try again soon
             log.warning("tinyq: renewing %d leases failed: %s", len(runs), exc)
             with self._cond:
-                soon = time.monotonic() + min(min(r._renew_every for r in runs), 1.0) / 4
-                for run in runs:
-                    if run in self._runs:
-                        self._runs[run] = soon
+                renew_soon(self._runs, runs, min(min(r._renew_every for r in runs), 1.0) / 4)
             return
-        now = time.monotonic()
         with self._cond:
-            for run, lease_until in zip(runs, leases):
-                if lease_until is None:   # cancelled, timed out, or taken by a later attempt
-                    run.cancelled = True
-                    self._runs.pop(run, None)
-                else:
-                    run.lease_until = lease_until
-                    if run in self._runs:
-                        self._runs[run] = now + run._renew_every
+            renewed(self._runs, runs, leases)
+
+
+def renewed(due: Dict[Any, float], runs: List[RunBase], leases: List[Any]) -> None:
+    """After renew_all: each run's new lease and next renewal in `due` (run -> monotonic
+    time); a NULL lease (cancelled, timed out, or taken by a later attempt) cancels the run."""
+    now = time.monotonic()
+    for run, lease_until in zip(runs, leases):
+        if lease_until is None:
+            run.cancelled = True
+            due.pop(run, None)
+        else:
+            run.lease_until = lease_until
+            if run in due:
+                due[run] = now + run._renew_every
+
+
+def renew_soon(due: Dict[Any, float], runs: List[RunBase], seconds: float) -> None:
+    """After a failed renew_all (busy, most likely): try again in `seconds`."""
+    soon = time.monotonic() + seconds
+    for run in runs:
+        if run in due:
+            due[run] = soon
+
+
+RENEW_ALL = "SELECT tq_renew(json_extract(value, '$[0]'), json_extract(value, '$[1]')) FROM json_each(?)"
+
+
+def renew_all(conn: Any, pairs: str) -> List[Any]:
+    """tq_renew of every [id, attempt] in `pairs` (JSON), in one statement of one transaction."""
+    return [row[0] for row in transaction(conn, lambda: _rows(conn, RENEW_ALL, pairs))]
 
 
 def transaction(conn: Any, body: Callable[[], Any]) -> Any:
