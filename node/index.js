@@ -384,40 +384,57 @@ async function workLoop(queue, handler, opts) {
     process.once('SIGTERM', onSignal);
     process.once('SIGINT', onSignal);
   }
+  const finished = []; // [run, outcome, value] of handlers that ended, to settle with the next claim
+  const claimArgs = (n) => (claimOpts === null ? [queue.name, worker, n] : [queue.name, worker, n, claimOpts]);
   try {
     while (!queue._stopping) {
       const free = concurrency - inflight.size;
-      if (free <= 0) {
+      if (free <= 0 && finished.length === 0) {
         await nap(poll, false); // a finishing handler wakes us
         continue;
       }
-      let jobs = [];
-      try {
-        jobs = claimOpts === null
-          ? rows(db, claimSql, queue.name, worker, free)
-          : rows(db, claimSql, queue.name, worker, free, claimOpts);
-      } catch (err) {
-        if (!isBusy(err)) throw err;
-        console.warn(`tinyq: claim on ${queue.name} failed: ${err.message}`);
-      }
+      const jobs = settleAndClaim(db, finished.splice(0), free > 0 ? claimSql : null, claimArgs(free));
       for (const job of jobs) {
-        const p = runOne(db, handler, job, errors).finally(() => {
+        const p = runOne(db, handler, job, errors, finished).finally(() => {
           inflight.delete(p);
           queue._wake();
         });
         inflight.add(p);
         handled += 1;
       }
-      if (jobs.length < free) await nap(poll, true); // idle places: sleep in the waiter's tq_wait
+      if (free > 0 && jobs.length < free) await nap(poll, true); // idle places: sleep in the waiter's tq_wait
     }
   } finally {
     process.removeListener('SIGTERM', onSignal);
     process.removeListener('SIGINT', onSignal);
     await Promise.allSettled(inflight); // claim nothing more; wait for the work in flight
+    settleAndClaim(db, finished.splice(0), null, []);
     waiter.close();
     db.close();
   }
   return handled;
+}
+
+/** The settles of every handler that ended since the last turn, and the claim of the free
+ * places (claimSql null: none), in one transaction: one commit for several jobs. Busy: tried
+ * three times, then the settles are dropped (their leases run out and the jobs run again). */
+function settleAndClaim(db, batch, claimSql, args) {
+  if (batch.length === 0 && claimSql === null) return [];
+  const body = db.transaction(() => {
+    for (const [run, outcome, value] of batch) settleIn(db, run, outcome, value);
+    return claimSql === null ? [] : rows(db, claimSql, ...args);
+  });
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return body.immediate();
+    } catch (err) {
+      if (!isBusy(err)) throw err;
+      if (attempt === 3) {
+        console.error(`tinyq: settling ${batch.length} jobs / claiming failed: ${err.message}`);
+        return [];
+      }
+    }
+  }
 }
 
 function isBusy(err) {
@@ -425,7 +442,7 @@ function isBusy(err) {
 }
 
 /** One claimed job: run the handler with its lease renewed, then settle (unless cancelled). */
-async function runOne(db, handler, job, errors) {
+async function runOne(db, handler, job, errors, finished) {
   const run = new Run(db, job);
   const every = Math.max(job.lease_until - Date.now(), 100) / 2; // renew at half the lease
   let timer = null;
@@ -452,26 +469,19 @@ async function runOne(db, handler, job, errors) {
   } finally {
     clearTimeout(timer);
   }
-  if (outcome && !run.cancelled) settle(db, run, outcome, value);
+  if (outcome && !run.cancelled) finished.push([run, outcome, value]); // settled with the next claim
 }
 
-/** tq_settle, retried a little when busy. A settle the extension refuses (a bad delay, say)
- * is recorded as an error instead, so the job does not sit until its lease ends. */
-function settle(db, run, outcome, value) {
+/** tq_settle inside the caller's transaction. A settle the extension refuses (a bad delay,
+ * say) is recorded as an error instead, so the job does not sit until its lease ends. */
+function settleIn(db, run, outcome, value) {
   const args = [run.id, run.attempt, outcome];
   if (value !== undefined && value !== null) args.push(value);
-  const sql = `SELECT tq_settle(${args.map(() => '?').join(', ')})`;
-  for (let attempt = 1; ; attempt++) {
-    try {
-      return one(db, sql, ...args);
-    } catch (err) {
-      if (isBusy(err) && attempt < 3) continue;
-      if (outcome === 'error' || isBusy(err)) {
-        console.error(`tinyq: settling ${run.id} attempt ${run.attempt} failed: ${err.message}`);
-        return null;
-      }
-      return settle(db, run, 'error', errorText(err));
-    }
+  try {
+    return one(db, `SELECT tq_settle(${args.map(() => '?').join(', ')})`, ...args);
+  } catch (err) {
+    if (isBusy(err) || outcome === 'error') throw err;
+    return settleIn(db, run, 'error', errorText(err));
   }
 }
 
