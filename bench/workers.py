@@ -38,7 +38,7 @@ PY = "/usr/bin/python3"
 
 SIZES = {
     "quick": dict(threads=2_000, asyncio=5_000, node=3_000, wakes=20, repeats=1),
-    "full": dict(threads=10_000, asyncio=20_000, node=10_000, wakes=60, repeats=2),
+    "full": dict(threads=10_000, asyncio=20_000, node=10_000, wakes=60, repeats=3),
 }
 
 
@@ -115,7 +115,7 @@ def child_threads(spec):
                 q.stop()
 
     t0 = time.perf_counter()
-    q.work(handler, concurrency=spec["c"], poll=0.05, **({"prefetch": spec["prefetch"]} if spec.get("prefetch") else {}))
+    q.work(handler, concurrency=spec["c"], poll=0.05, **({"prefetch": spec["prefetch"]} if "prefetch" in spec else {}))
     return {"seconds": time.perf_counter() - t0, "jobs": spec["n"]}
 
 
@@ -191,31 +191,48 @@ CHILDREN = {"threads": child_threads, "asyncio": child_asyncio, "huey": child_hu
 
 # --------------------------------------------------------------------------- running
 
-def measure(python, spec, repeats):
-    """Best of `repeats` runs of one measurement, each in a fresh process and store."""
-    best = None
-    for _ in range(repeats):
-        with tempfile.TemporaryDirectory(dir=WORK) as folder:
-            spec = dict(spec, path=os.path.join(folder, "bench.db"))
-            if spec["kind"].startswith("node"):
-                argv = ["node", os.path.join(BENCH, "workers_node.js"), json.dumps(spec)]
-                env = dict(os.environ, NODE_PATH=os.path.join(NODE_DIR, "node_modules"), TINYQ_EXT=EXT)
-            else:
-                argv = [python, os.path.abspath(__file__), "--child", json.dumps(spec)]
-                env = dict(os.environ)
-            out = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=600)
-            if out.returncode != 0:
-                return {"error": (out.stderr.strip().splitlines() or ["exit %d" % out.returncode])[-1]}
-            result = json.loads(out.stdout.strip().splitlines()[-1])
-        key = "median_ms" if "median_ms" in result else "seconds"
-        if best is None or result[key] < best[key]:
-            best = result
+def measure_once(python, spec):
+    """One run of one measurement, in a fresh process and store."""
+    with tempfile.TemporaryDirectory(dir=WORK) as folder:
+        spec = dict(spec, path=os.path.join(folder, "bench.db"))
+        if spec["kind"].startswith("node"):
+            argv = ["node", os.path.join(BENCH, "workers_node.js"), json.dumps(spec)]
+            env = dict(os.environ, NODE_PATH=os.path.join(NODE_DIR, "node_modules"), TINYQ_EXT=EXT)
+        else:
+            argv = [python, os.path.abspath(__file__), "--child", json.dumps(spec)]
+            env = dict(os.environ)
+        out = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=600)
+        if out.returncode != 0:
+            lines = out.stderr.strip().splitlines()
+            errors = [line for line in lines if "Error" in line] or lines or ["exit %d" % out.returncode]
+            return {"error": errors[0].strip()}
+        return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def better(a, b):
+    """The better of two results of one measurement (lower time; a result beats an error)."""
+    if a is None or "error" in a:
+        return b
+    if "error" in b:
+        return a
+    key = "median_ms" if "median_ms" in a else "seconds"
+    return a if a[key] <= b[key] else b
+
+
+def measure_all(plan, repeats):
+    """Every measurement of `plan` [(python, spec, label)] `repeats` times, round-robin, so
+    that the machine's noise falls on all of them alike; the best of each."""
+    best = [None] * len(plan)
+    for r in range(repeats):
+        for i, (python, spec, label) in enumerate(plan):
+            log("%s (round %d/%d)" % (label, r + 1, repeats))
+            best[i] = better(best[i], measure_once(python, spec))
     return best
 
 
 def rate(result):
     if result is None or "error" in result:
-        return "n/a (%s)" % result["error"][:60] if result else "n/a"
+        return "n/a (%s)" % result["error"][:90] if result else "n/a"
     if "median_ms" in result:
         return "%.2f ms" % result["median_ms"]
     return "{:,.0f} jobs/s".format(result["jobs"] / result["seconds"])
@@ -243,44 +260,45 @@ def main():
         versions.insert(0, ("tinyq %s (before)" % args.before,
                             {"python": os.path.join(before, "python"),
                              "node": os.path.join(before, "node", "index.js")}))
-    rows = []   # (worker, column, result)
     n, repeats = size["threads"], size["repeats"]
+    table, plan = [], []   # table: (worker, column, index in plan)
+
+    def add(worker, column, python, spec):
+        table.append((worker, column, len(plan)))
+        plan.append((python, spec, "%s, %s" % (worker, column)))
+
     for label, where in versions:
         for c in (1, 8):
-            log("%s Queue.work, %d threads" % (label, c))
-            rows.append(("%s Python `Queue.work` (threads)" % label, c,
-                         measure(PY, dict(kind="threads", python=where["python"], c=c, n=n), repeats)))
+            add("%s Python `Queue.work` (threads)" % label, c, PY,
+                dict(kind="threads", python=where["python"], c=c, n=n))
     for c in (1, 8):
-        log("huey consumer, %d threads" % c)
-        rows.append(("huey 3.5.4 consumer (SqliteHuey, WAL, thread workers, delays 1 ms)", c,
-                     measure(venv_py, dict(kind="huey", c=c, n=n), repeats)))
+        add("tinyq Python `Queue.work(prefetch=0)` (threads, never claiming ahead)", c, PY,
+            dict(kind="threads", python=current["python"], c=c, n=n, prefetch=0))
+    for c in (1, 8):
+        add("huey 3.5.4 consumer (SqliteHuey, WAL, thread workers, delays 1 ms)", c, venv_py,
+            dict(kind="huey", c=c, n=n))
     for label, where in versions:
         for c in (1, 8):
-            log("%s Node work, c=%d" % (label, c))
-            rows.append(("%s Node `work`" % label, c,
-                         measure(PY, dict(kind="node-tinyq", module=where["node"], c=c, n=size["node"]),
-                                 repeats)))
+            add("%s Node `work`" % label, c, PY, dict(kind="node-tinyq", module=where["node"], c=c, n=size["node"]))
     for peer in ("liteque", "plainjob"):
         for c in (1, 8):
-            log("%s, c=%d" % (peer, c))
-            rows.append((peer, c, measure(PY, dict(kind="node-" + peer, c=c, n=size["node"]), repeats)))
-    asyncio_runs, wakes = [], []
+            add(peer, c, PY, dict(kind="node-" + peer, c=c, n=size["node"]))
     for label, where in versions:
-        log("%s AsyncQueue.work, c=1000, 0.2 s handlers" % label)
-        asyncio_runs.append((label, measure(PY, dict(kind="asyncio", python=where["python"], c=1000,
-                                                     sleep=0.2, n=size["asyncio"]), repeats)))
-        log("%s Node idle wake-up" % label)
-        wakes.append((label, measure(PY, dict(kind="node-wake", module=where["node"], n=size["wakes"]), 1)))
-    report(args, rows, asyncio_runs, wakes)
+        add(label, "asyncio", PY, dict(kind="asyncio", python=where["python"], c=1000, sleep=0.2, n=size["asyncio"]))
+        add(label, "wake", PY, dict(kind="node-wake", module=where["node"], n=size["wakes"]))
+    results = measure_all(plan, repeats)
+    rows = [(worker, column, results[i]) for worker, column, i in table]
+    report(args, [r for r in rows if r[1] in (1, 8)], [(w, r) for w, c, r in rows if c == "asyncio"],
+           [(w, r) for w, c, r in rows if c == "wake"])
 
 
 def report(args, rows, asyncio_runs, wakes):
     lines = ["# Workers: tinyq's helpers beside huey, liteque and plainjob", "",
              "Written by `bench/workers.py%s%s` on %s (%s, %d cores, Python %s, SQLite via Debian's "
-             "python3). One process, prefilled queue, no-op handler; best of the repeats." % (
+             "python3). One process, prefilled queue, no-op handler; best of %d rounds, run round-robin." % (
                  " --quick" if args.quick else "", " --before " + args.before if args.before else "",
                  time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), platform.machine(),
-                 os.cpu_count(), platform.python_version()), "",
+                 os.cpu_count(), platform.python_version(), SIZES["quick" if args.quick else "full"]["repeats"]), "",
              "| worker | 1 thread / c=1 | 8 threads / c=8 |", "|---|---|---|"]
     names = []
     for name, _, _ in rows:

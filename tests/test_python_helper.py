@@ -563,3 +563,46 @@ def test_public_api_has_type_hints_that_resolve():
         assert "return" in typing.get_type_hints(fn)
     assert typing.get_type_hints(tinyq.Queue.work)["return"] is int
     assert os.path.exists(os.path.join(ROOT, "python", "tinyq", "py.typed"))
+
+
+def test_prefetch_auto_claims_ahead_only_after_fast_handlers(queue):
+    for i in range(20):
+        queue.add({"i": i}, id="a%02d" % i, priority=100 - i)
+    blocked, release = threading.Event(), threading.Event()
+
+    def handler(payload, run):
+        if payload["i"] == 10:              # ten tiny jobs first, then one that blocks
+            blocked.set()
+            release.wait(10)
+
+    thread, box = start_work(queue, handler)              # prefetch="auto", one thread
+    assert blocked.wait(10)
+    ahead = [i for i in range(11, 20) if queue.get("a%02d" % i)["state"] == "running"]
+    queue.stop()
+    release.set()
+    thread.join(15)
+    assert not thread.is_alive()
+    assert 1 <= len(ahead) <= 7, ahead                    # claimed ahead of the blocked one
+    assert all(queue.get("a%02d" % i)["state"] == "done" for i in range(11))
+    back = [queue.get("a%02d" % i) for i in range(11, 20)]
+    assert all(j["state"] == "waiting" and j["tries"] == 0 for j in back)   # put back on stop
+    with pytest.raises(ValueError, match="prefetch"):
+        queue.work(handler, prefetch=-1)
+
+
+def test_jobs_claimed_ahead_do_not_wait_behind_a_slow_one_while_another_thread_is_free(queue):
+    ids = [queue.add({"i": i}, id="s%02d" % i, priority=100 - i) for i in range(30)]
+    release = threading.Event()
+
+    def handler(payload, run):
+        if payload["i"] == 10:
+            release.wait(10)
+
+    thread, _ = start_work(queue, handler, concurrency=2)
+    try:
+        wait_for(lambda: all(queue.get(i)["state"] == "done" for i in ids if i != "s10"))
+        assert queue.get("s10")["state"] == "running"
+    finally:
+        release.set()
+    wait_for(lambda: queue.get("s10")["state"] == "done")
+    stop(queue, thread)

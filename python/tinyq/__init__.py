@@ -169,7 +169,7 @@ class Queue(Schedules):
 
     def work(self, handler: Callable[[Any, Run], Any], concurrency: int = 1,
              worker: Optional[str] = None, poll: float = 1.0, lease: Any = None,
-             errors: str = "message", prefetch: int = 0) -> int:
+             errors: str = "message", prefetch: Union[int, str] = "auto") -> int:
         """Run `handler(payload, run)` for this queue's jobs until `stop()`, SIGTERM or SIGINT.
 
         `concurrency` long-lived threads, each with its own connection (`run.conn`), each
@@ -178,9 +178,11 @@ class Queue(Schedules):
         thread sleeps in `tq_wait` (at most `poll` seconds at a time) for all of them. On
         stop, nothing more is claimed and work() returns once the jobs in flight have
         finished and settled. A raised exception is recorded as "Class: message", or only
-        "Class" with errors="class". `prefetch` > 0 lets each thread claim that many jobs
-        ahead of the one it runs (leased and renewed while they wait, settled together, put
-        back in line on stop): fewer commits for short jobs. Returns how many jobs this call
+        "Class" with errors="class". `prefetch`: how many jobs each thread claims ahead of
+        the one it runs (leased and renewed while they wait, settled together, put back in
+        line on stop). "auto" (the default) claims 7 ahead only while the thread's recent
+        handlers took under a millisecond, so a backlog of tiny jobs costs one commit per 8;
+        0 never claims ahead. Returns how many jobs this call
         claimed.
         """
         path = self.path or self._database_path()
