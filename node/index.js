@@ -69,12 +69,27 @@ function arg(value) {
   return value === undefined ? null : value;
 }
 
+// Prepared statements, kept per Database (a prepare costs more than most of tinyq's calls).
+const statements = new WeakMap();
+
+function prepared(db, sql, pluck) {
+  let cache = statements.get(db);
+  if (!cache) statements.set(db, (cache = new Map()));
+  const key = (pluck ? '1' : '0') + sql;
+  let stmt = cache.get(key);
+  if (!stmt) {
+    stmt = pluck ? db.prepare(sql).pluck() : db.prepare(sql);
+    cache.set(key, stmt);
+  }
+  return stmt;
+}
+
 function one(db, sql, ...args) {
-  return db.prepare(sql).pluck().get(...args.map(arg));
+  return prepared(db, sql, true).get(...args.map(arg));
 }
 
 function rows(db, sql, ...args) {
-  return db.prepare(sql).all(...args.map(arg));
+  return prepared(db, sql, false).all(...args.map(arg));
 }
 
 /** Text is stored as is; anything else (object, array, number, boolean, null) as JSON. */
@@ -370,6 +385,7 @@ async function workLoop(queue, handler, opts) {
   const claimSql = claimStatement(db, claimOpts);
   const waiter = startWaiter(file, queue.name);
   const inflight = new Set();
+  const heartbeat = startHeartbeat(db);
   let handled = 0;
   let wake = null; // ends the current nap: a handler finished, stop(), or the waiter
   queue._wake = () => wake && wake();
@@ -395,7 +411,7 @@ async function workLoop(queue, handler, opts) {
       }
       const jobs = settleAndClaim(db, finished.splice(0), free > 0 ? claimSql : null, claimArgs(free));
       for (const job of jobs) {
-        const p = runOne(db, handler, job, errors, finished).finally(() => {
+        const p = runOne(db, handler, job, errors, finished, heartbeat).finally(() => {
           inflight.delete(p);
           queue._wake();
         });
@@ -409,6 +425,7 @@ async function workLoop(queue, handler, opts) {
     process.removeListener('SIGINT', onSignal);
     await Promise.allSettled(inflight); // claim nothing more; wait for the work in flight
     settleAndClaim(db, finished.splice(0), null, []);
+    heartbeat.close();
     waiter.close();
     db.close();
   }
@@ -442,24 +459,11 @@ function isBusy(err) {
 }
 
 /** One claimed job: run the handler with its lease renewed, then settle (unless cancelled). */
-async function runOne(db, handler, job, errors, finished) {
+/** One claimed job: run the handler (its lease renewed by the heartbeat), then queue its
+ * settle for the next claim (unless cancelled). */
+async function runOne(db, handler, job, errors, finished, heartbeat) {
   const run = new Run(db, job);
-  const every = Math.max(job.lease_until - Date.now(), 100) / 2; // renew at half the lease
-  let timer = null;
-  const renew = () => {
-    let next = every;
-    try {
-      const until = one(db, 'SELECT tq_renew(?, ?)', run.id, run.attempt);
-      if (until === null) return run._cancel(); // cancelled, timed out, or taken: stop renewing
-      run.leaseUntil = until;
-    } catch (err) {
-      console.warn(`tinyq: renewing ${run.id} attempt ${run.attempt} failed: ${err.message}`);
-      next = Math.min(every, 1000) / 4; // busy, most likely: try again soon
-    }
-    timer = setTimeout(renew, next);
-  };
-  timer = setTimeout(renew, every);
-
+  heartbeat.add(run);
   let outcome, value;
   try {
     const result = await handler(decode(job.payload), run);
@@ -467,9 +471,66 @@ async function runOne(db, handler, job, errors, finished) {
   } catch (err) {
     [outcome, value] = err instanceof Outcome ? [err.outcome, err.value] : ['error', errorText(err, errors)];
   } finally {
-    clearTimeout(timer);
+    heartbeat.remove(run);
   }
   if (outcome && !run.cancelled) finished.push([run, outcome, value]); // settled with the next claim
+}
+
+const RENEW_ALL = "SELECT tq_renew(json_extract(value, '$[0]'), json_extract(value, '$[1]')) AS lease FROM json_each(?)";
+
+/** The worker's heartbeat: when the earliest running job is at half its lease, every running
+ * job is renewed, in one statement of one transaction. A NULL marks the run cancelled. */
+function startHeartbeat(db) {
+  const due = new Map(); // run -> time of its next renewal (ms)
+  const every = (run) => Math.max(run.leaseUntil - Date.now(), 100) / 2;
+  let timer = null;
+  let timerAt = Infinity; // when the timer fires
+  const renew = db.transaction((pairs) => rows(db, RENEW_ALL, pairs).map((r) => r.lease));
+  const schedule = () => {
+    clearTimeout(timer);
+    timer = null;
+    timerAt = Infinity;
+    if (due.size === 0) return;
+    let earliest = Infinity;
+    for (const at of due.values()) earliest = Math.min(earliest, at);
+    timerAt = earliest;
+    timer = setTimeout(beat, Math.max(earliest - Date.now(), 1));
+  };
+  const beat = () => {
+    const runs = [...due.keys()];
+    try {
+      const leases = renew.immediate(JSON.stringify(runs.map((run) => [run.id, run.attempt])));
+      runs.forEach((run, i) => {
+        if (leases[i] === null) {
+          run._cancel(); // cancelled, timed out, or taken by a later attempt: stop renewing
+          due.delete(run);
+        } else {
+          run.leaseUntil = leases[i];
+          if (due.has(run)) due.set(run, Date.now() + every(run));
+        }
+      });
+    } catch (err) {
+      console.warn(`tinyq: renewing ${runs.length} leases failed: ${err.message}`);
+      const soon = Date.now() + 250; // busy, most likely: try again soon
+      for (const run of runs) if (due.has(run)) due.set(run, soon);
+    }
+    schedule();
+  };
+  return {
+    add(run) {
+      const at = Date.now() + every(run);
+      due.set(run, at);
+      if (at < timerAt) schedule(); // only then: most jobs have the same lease
+    },
+    remove(run) {
+      due.delete(run); // a timer left for it renews the others a little early: harmless
+      if (due.size === 0) schedule();
+    },
+    close() {
+      due.clear();
+      schedule();
+    },
+  };
 }
 
 /** tq_settle inside the caller's transaction. A settle the extension refuses (a bad delay,

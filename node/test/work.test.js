@@ -263,3 +263,24 @@ test('an idle worker wakes for a job added by another process, long before its p
   await working;
   assert.equal(q.get('from-outside').state, 'done');
 });
+
+test('the heartbeat renews every running job in one pass', async () => {
+  const q = newQueue();
+  q.settings({ lease: '1s' });
+  let release;
+  const gate = new Promise((resolve) => { release = resolve; });
+  const working = q.work(async () => { await gate; }, { concurrency: 3 });
+  for (let i = 0; i < 3; i++) { // claimed 150 ms apart
+    q.add({}, { id: `j${i}` });
+    await until(() => q.get(`j${i}`).state === 'running');
+    await sleep(150);
+  }
+  await sleep(1000); // past the first renewal
+  const leases = [0, 1, 2].map((i) => q.get(`j${i}`).lease_until);
+  release();
+  await until(() => [0, 1, 2].every((i) => q.get(`j${i}`).state === 'done'));
+  await q.stop();
+  await working;
+  assert.ok(Math.max(...leases) - Math.min(...leases) <= 5, `leases ${leases}`);
+  assert.deepEqual([0, 1, 2].map((i) => q.get(`j${i}`).attempt), [1, 1, 1]);
+});
