@@ -113,9 +113,11 @@ class _Heartbeat(threading.Thread):
     transaction, whenever the earliest is at half its lease. A renewal that returns NULL
     marks its run cancelled."""
 
-    def __init__(self, connect: Callable[[], Any], write_lock: threading.Lock):
+    def __init__(self, connect: Callable[[], Any], write_lock: threading.Lock,
+                 flush: Optional[Callable[[Any], None]] = None, flush_every: float = 0.02):
         super().__init__(name="tinyq-heartbeat", daemon=True)
         self._connect = connect
+        self._flush, self._flush_every = flush, flush_every
         self._write_lock = write_lock
         self._runs: Dict[RunBase, float] = {}    # run -> monotonic time of its next renewal
         self._cond = threading.Condition()
@@ -141,13 +143,17 @@ class _Heartbeat(threading.Thread):
         self.join()
 
     def _due(self) -> Optional[List[RunBase]]:
-        """Wait until some run is due, then return every run; None once closed."""
+        """Wait until some run is due, then return every run ([] when it is time to flush);
+        None once closed."""
         with self._cond:
+            flush_at = time.monotonic() + self._flush_every if self._flush else float("inf")
             while not self._closed:
                 now = time.monotonic()
                 if any(at <= now for at in self._runs.values()):
                     return list(self._runs)
-                self._wakes_at = min(self._runs.values(), default=now + 1.0)
+                if now >= flush_at:
+                    return []
+                self._wakes_at = min(min(self._runs.values(), default=now + 1.0), flush_at)
                 self._cond.wait(self._wakes_at - now)
                 self._wakes_at = 0.0
         return None
@@ -159,7 +165,13 @@ class _Heartbeat(threading.Thread):
                 runs = self._due()
                 if runs is None:
                     return
-                self._renew(conn, runs)
+                if runs:
+                    self._renew(conn, runs)
+                if self._flush:
+                    try:
+                        self._flush(conn)
+                    except Exception as exc:   # the next claim settles them instead
+                        log.warning("tinyq: settling finished jobs failed: %s", exc)
         finally:
             conn.close()
 
@@ -246,11 +258,10 @@ def _on_signals(stop: Callable[[], None]) -> Callable[[], None]:
 
 
 class _Request:
-    """A thread's ask: settle `finished` [(run, outcome, value)], and claim `claim` jobs."""
-    __slots__ = ("finished", "claim", "jobs", "served", "error")
+    """A thread's ask: claim `claim` jobs (0: only settle what is pending)."""
+    __slots__ = ("claim", "jobs", "served", "error")
 
-    def __init__(self, finished: List[tuple], claim: int):
-        self.finished = finished
+    def __init__(self, claim: int):
         self.claim = claim
         self.jobs: List[Dict[str, Any]] = []
         self.served = False
@@ -303,7 +314,8 @@ class _Pool:
         self.pending_lock = threading.Lock()
         self.pending: List[_Request] = []      # settles and claims asked for, not served yet
         self.ahead: Deque[Run] = collections.deque()   # claimed ahead, not started (prefetch)
-        self.heartbeat = _Heartbeat(connect, self.write_lock)
+        self.unsettled: List[Tuple[Run, str, Any, float]] = []   # finished, to settle
+        self.heartbeat = _Heartbeat(connect, self.write_lock, self.flush)
         self.wake = threading.Condition()      # idle threads wait here for the waiter
         self.idle = 0
         self.generation = 0                    # bumped each time the waiter wakes
@@ -319,19 +331,17 @@ class _Pool:
         except BaseException as exc:
             self.fail(exc)
             return
-        finished: List[Tuple[Run, str, Any]] = []
         pace = _Pace(self.prefetch)
         try:
             while True:
                 if self.stopping.is_set():
                     # Jobs claimed ahead go back in line: a snooze of 0 does not use up a try.
-                    finished += [(run, "snooze", 0) for run in self.take_all_ahead() if not run.cancelled]
-                    self.settle_and_claim(conn, finished, 0)
+                    self.unsettle([(run, "snooze", 0) for run in self.take_all_ahead() if not run.cancelled])
+                    self.settle_and_claim(conn, 0)
                     return
                 run = self.take_ahead()
                 if run is None:
-                    claimed = self.settle_and_claim(conn, finished, 1 + pace.ahead())
-                    finished = []
+                    claimed = self.settle_and_claim(conn, 1 + pace.ahead())
                     if not claimed:
                         self.wait_for_work()
                         continue
@@ -340,12 +350,29 @@ class _Pool:
                 started = time.perf_counter()
                 done = self.run_job(conn, run)
                 pace.took(time.perf_counter() - started)
-                if done is not None:         # settled with the next claim
-                    finished.append(done)
+                if done is not None:         # settled with the next claim of any thread
+                    self.unsettle([done])
         except BaseException as exc:
             self.fail(exc)
         finally:
             conn.close()
+
+    # Settles wait in one list for the whole pool: the next claim of any thread commits them,
+    # and the heartbeat commits those older than FLUSH_AFTER (a thread may be busy with a
+    # slow job, or every thread idle).
+
+    FLUSH_AFTER = 0.02
+
+    def unsettle(self, done: List[Tuple[Run, str, Any]]) -> None:
+        now = time.monotonic()
+        with self.pending_lock:
+            self.unsettled.extend((run, outcome, value, now) for run, outcome, value in done)
+
+    def flush(self, conn: Any) -> None:
+        with self.pending_lock:
+            old = bool(self.unsettled) and self.unsettled[0][3] <= time.monotonic() - self.FLUSH_AFTER
+        if old:
+            self.settle_and_claim(conn, 0)
 
     # Jobs claimed ahead wait in one line for the whole pool, so that a slow job holds up
     # only its own thread: any thread takes from the line before it claims.
@@ -380,14 +407,14 @@ class _Pool:
             self.heartbeat.remove(run)
         return None if outcome is None or run.cancelled else (run, outcome, value)
 
-    def settle_and_claim(self, conn: Any, finished: List[tuple], claim: int) -> List[Run]:
-        """Settle the thread's finished jobs and claim its next, in one transaction shared
-        with every other thread that asked meanwhile: the thread that gets the write lock
-        serves all the requests queued by then (their settles, and one claim for all the
-        claims), so under load one commit carries several jobs."""
-        if not finished and not claim:
+    def settle_and_claim(self, conn: Any, claim: int) -> List[Run]:
+        """Settle every finished job of the pool and claim this thread's next, in one
+        transaction shared with every other thread that asked meanwhile: the thread that
+        gets the write lock serves all the requests queued by then (one tq_claim for all
+        their places), so under load one commit carries several jobs."""
+        if not claim and not self.unsettled:
             return []
-        request = _Request(finished, claim)
+        request = _Request(claim)
         with self.pending_lock:
             self.pending.append(request)
         with self.write_lock:
@@ -400,15 +427,16 @@ class _Pool:
         return [Run(conn, job, self.write_lock) for job in request.jobs]
 
     def serve(self, conn: Any, batch: List["_Request"]) -> None:
-        """One transaction for the batch's settles and claims (write lock held)."""
+        """One transaction for the pending settles and the batch's claims (write lock held)."""
         want = sum(r.claim for r in batch)
         args = (self.queue.name, self.worker, want) + (
             () if self.lease_options is None else (self.lease_options,))
+        with self.pending_lock:
+            settles, self.unsettled = self.unsettled, []
 
         def body() -> List[Dict[str, Any]]:
-            for request in batch:
-                for done in request.finished:
-                    settle_in(conn, *done)
+            for run, outcome, value, _ in settles:
+                settle_in(conn, run, outcome, value)
             if not want:
                 return []
             return [dict(zip(COLUMNS + ("meta",), row)) for row in _rows(conn, self.claim_sql, *args)]
@@ -424,7 +452,7 @@ class _Pool:
                         raise
                     if attempt == self.BUSY_TRIES - 1:
                         log.error("tinyq: settling %d jobs / claiming on %r failed: %s",
-                                  sum(len(r.finished) for r in batch), self.queue.name, exc)
+                                  len(settles), self.queue.name, exc)
         except Exception as exc:
             for request in batch:
                 request.error = exc
