@@ -608,3 +608,18 @@ def test_jobs_claimed_ahead_do_not_wait_behind_a_slow_one_while_another_thread_i
         release.set()
     wait_for(lambda: queue.get("s10")["state"] == "done")
     stop(queue, thread)
+
+
+def test_a_write_lock_held_elsewhere_delays_the_pool_but_loses_nothing(queue, db_path):
+    ids = [queue.add({"i": i}) for i in range(20)]
+    holder = sqlite3.connect(db_path, isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")                 # another process's long write
+    thread, box = start_work(queue, lambda payload, run: None, concurrency=4)
+    time.sleep(1.0)
+    assert all(queue.get(i)["state"] == "waiting" for i in ids)
+    holder.execute("COMMIT")
+    holder.close()
+    wait_for(lambda: all(queue.get(i)["state"] == "done" for i in ids))
+    stop(queue, thread)
+    assert box["handled"] == 20
+    assert all(queue.get(i)["attempt"] == 1 for i in ids)
