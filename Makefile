@@ -86,13 +86,17 @@ test-cluster: $(EXT)
 
 # tinyq beside a hand-written SQL queue and the peers (honker, litequeue, persist-queue,
 # huey; set up under bench/work/ on first run): bench/results/latest.md and peers.md.
-bench: $(EXT)
+# bench/workers.py: the worker helpers (threads, asyncio, Node) beside huey's consumer,
+# liteque and plainjob (npm, under bench/work/node/): bench/results/workers.md.
+bench: $(EXT) node/node_modules
 	$(PY) bench/lifecycle.py
 	$(PY) bench/peers.py
+	$(PY) bench/workers.py
 
-bench-quick: $(EXT)
+bench-quick: $(EXT) node/node_modules
 	$(PY) bench/lifecycle.py --quick
 	$(PY) bench/peers.py --quick
+	$(PY) bench/workers.py --quick
 
 # docs/dashboard.png, dashboard-lists.png and dashboard-job.png, from the headless Chromium test.
 screenshots: $(EXT)

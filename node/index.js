@@ -69,12 +69,27 @@ function arg(value) {
   return value === undefined ? null : value;
 }
 
+// Prepared statements, kept per Database (a prepare costs more than most of tinyq's calls).
+const statements = new WeakMap();
+
+function prepared(db, sql, pluck) {
+  let cache = statements.get(db);
+  if (!cache) statements.set(db, (cache = new Map()));
+  const key = (pluck ? '1' : '0') + sql;
+  let stmt = cache.get(key);
+  if (!stmt) {
+    stmt = pluck ? db.prepare(sql).pluck() : db.prepare(sql);
+    cache.set(key, stmt);
+  }
+  return stmt;
+}
+
 function one(db, sql, ...args) {
-  return db.prepare(sql).pluck().get(...args.map(arg));
+  return prepared(db, sql, true).get(...args.map(arg));
 }
 
 function rows(db, sql, ...args) {
-  return db.prepare(sql).all(...args.map(arg));
+  return prepared(db, sql, false).all(...args.map(arg));
 }
 
 /** Text is stored as is; anything else (object, array, number, boolean, null) as JSON. */
@@ -102,12 +117,13 @@ function options(object) {
   return Object.keys(out).length ? JSON.stringify(out) : null;
 }
 
-/** "Name: message" for a thrown Error (the class name when `name` was left as "Error"). */
-function errorText(err) {
-  if (!(err instanceof Error)) return String(err);
+/** "Name: message" for a thrown Error (the class name when `name` was left as "Error");
+ * only "Name" with errors = 'class', for messages that should not travel with the job. */
+function errorText(err, errors = 'message') {
+  if (!(err instanceof Error)) return errors === 'class' ? typeof err : String(err);
   let name = err.name || 'Error';
   if (name === 'Error' && err.constructor && err.constructor.name) name = err.constructor.name;
-  return err.message ? `${name}: ${err.message}` : name;
+  return err.message && errors !== 'class' ? `${name}: ${err.message}` : name;
 }
 
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
@@ -139,6 +155,8 @@ class Run {
     this.group = job.group_key;
     this.leaseUntil = job.lease_until;
     this.deadline = job.deadline;
+    const meta = decode(job.meta ?? null);
+    this.meta = meta !== null && typeof meta === 'object' && !Array.isArray(meta) ? meta : {}; // tq_add's meta
     this.cancelled = false; // true once the job was cancelled or timed out
     this._abort = new AbortController();
     this.signal = this._abort.signal; // aborted when `cancelled` becomes true (for fetch etc.)
@@ -210,7 +228,7 @@ class Queue {
     this._wake = () => {};
   }
 
-  /** Add a job; returns its id. Options: id, delay, at, group, priority, attempts. */
+  /** Add a job; returns its id. Options: id, delay, at, group, priority, attempts, meta. */
   add(payload, opts) {
     const o = options(opts);
     const id = o === null
@@ -283,7 +301,7 @@ class Queue {
    * with handleSignals). Up to `concurrency` handlers run at once. Resolves, with how many
    * jobs it handled, once stopped and every job in flight has finished and settled.
    * Options: concurrency (1), worker (host:pid), lease (the queue's), poll (1000 ms),
-   * handleSignals (false).
+   * handleSignals (false), errors ('message'; 'class' records only the error's class).
    */
   work(handler, opts = {}) {
     if (this._working) throw new Error('this Queue is already working');
@@ -309,35 +327,72 @@ class Queue {
 
 // -- the worker loop -------------------------------------------------------------------
 
-// How often an idle worker looks for work. better-sqlite3 runs every call on the main
-// thread, so `tq_wait(q, 1000)` would freeze the event loop (handlers, renewals, timers)
-// for up to a second. Instead the loop sleeps in JS and asks `tq_wait(q, 0)` every QUICK
-// ms: a read-only check that takes no lock and returns at once. It also claims every
-// `poll` ms whatever tq_wait says, so a wrong "0" can only delay a job, never strand it.
-// An idle claim commits nothing, so it wakes no other process's tq_wait.
-const QUICK = 50;
+// An idle worker sleeps in tq_wait on a worker_thread of its own (waiter.js), which posts a
+// message when a job may be claimable: better-sqlite3 is synchronous, so tq_wait on the main
+// thread would freeze the event loop. The loop also claims every `poll` ms whatever happens.
+
+/** The claim statement: with the job's meta when this build's tq_claim has its hidden
+ * `meta` column (store schema 3 and later), NULL in its place before. */
+function claimStatement(db, claimOpts) {
+  const hasMeta = db.prepare("SELECT 1 FROM pragma_table_xinfo('tq_claim') WHERE name = 'meta'").pluck().get();
+  return `SELECT id, attempt, payload, group_key, lease_until, deadline, ${hasMeta ? 'meta' : 'NULL AS meta'}`
+    + ` FROM tq_claim(?, ?, ?${claimOpts === null ? ')' : ', ?)'}`;
+}
+
+/** The waiter thread, and `arm()`: wake me (the promise resolves) when a job may be claimable. */
+function startWaiter(file, queueName) {
+  const { Worker } = require('worker_threads');
+  const worker = new Worker(path.join(__dirname, 'waiter.js'), {
+    workerData: { file, queue: queueName, extension: extensionPath() },
+  });
+  worker.unref(); // never what keeps a process alive
+  let waiting = false; // a tq_wait is under way
+  const resolvers = [];
+  worker.on('message', () => {
+    waiting = false;
+    for (const resolve of resolvers.splice(0)) resolve();
+  });
+  worker.on('error', (err) => console.warn(`tinyq: the wake-up thread failed: ${err.message}`));
+  return {
+    /** Resolves when the waiter's tq_wait returns (after `poll` ms at most). */
+    arm(poll) {
+      if (!waiting) {
+        waiting = true;
+        worker.postMessage({ poll });
+      }
+      return new Promise((resolve) => resolvers.push(resolve));
+    },
+    close() {
+      worker.postMessage({ close: true });
+    },
+  };
+}
 
 async function workLoop(queue, handler, opts) {
   const concurrency = opts.concurrency ?? 1;
   if (!(concurrency >= 1)) throw new Error('concurrency must be at least 1');
+  const errors = opts.errors ?? 'message';
+  if (errors !== 'message' && errors !== 'class') throw new Error(`errors must be 'message' or 'class', not ${errors}`);
   const worker = opts.worker || `${os.hostname()}:${process.pid}`;
   const poll = opts.poll ?? 1000;
   const claimOpts = options({ lease: opts.lease });
-  const claimSql = 'SELECT id, attempt, payload, group_key, lease_until, deadline FROM tq_claim(?, ?, ?'
-    + (claimOpts === null ? ')' : ', ?)');
 
   const file = queue.path || queue.db.name;
   if (!file || file === ':memory:' || queue.db.memory) {
     throw new Error('Queue.work needs a database file (not :memory:)');
   }
   const db = open(file); // the worker's own connection: never inside the caller's transaction
+  const claimSql = claimStatement(db, claimOpts);
+  const waiter = startWaiter(file, queue.name);
   const inflight = new Set();
+  const heartbeat = startHeartbeat(db);
   let handled = 0;
-  let wake = null;
+  let wake = null; // ends the current nap: a handler finished, stop(), or the waiter
   queue._wake = () => wake && wake();
-  const nap = (ms) => new Promise((resolve) => {
+  const nap = (ms, idle) => new Promise((resolve) => {
     const timer = setTimeout(() => { wake = null; resolve(); }, ms);
     wake = () => { clearTimeout(timer); wake = null; resolve(); };
+    if (idle) waiter.arm(ms).then(() => wake && wake());
   });
 
   const onSignal = () => queue.stop();
@@ -345,53 +400,57 @@ async function workLoop(queue, handler, opts) {
     process.once('SIGTERM', onSignal);
     process.once('SIGINT', onSignal);
   }
+  const finished = []; // [run, outcome, value] of handlers that ended, to settle with the next claim
+  const claimArgs = (n) => (claimOpts === null ? [queue.name, worker, n] : [queue.name, worker, n, claimOpts]);
   try {
-    let lastClaim = 0;
     while (!queue._stopping) {
       const free = concurrency - inflight.size;
-      if (free <= 0) {
-        await nap(poll); // a finishing handler wakes us
+      if (free <= 0 && finished.length === 0) {
+        await nap(poll, false); // a finishing handler wakes us
         continue;
       }
-      if (Date.now() - lastClaim < poll && !quickCheck(db, queue.name)) {
-        await nap(QUICK);
-        continue;
-      }
-      lastClaim = Date.now();
-      let jobs = [];
-      try {
-        jobs = claimOpts === null
-          ? rows(db, claimSql, queue.name, worker, free)
-          : rows(db, claimSql, queue.name, worker, free, claimOpts);
-      } catch (err) {
-        if (!isBusy(err)) throw err;
-        console.warn(`tinyq: claim on ${queue.name} failed: ${err.message}`);
-      }
+      const jobs = settleAndClaim(db, finished.splice(0), free > 0 ? claimSql : null, claimArgs(free));
       for (const job of jobs) {
-        const p = runOne(db, handler, job).finally(() => {
+        const p = runOne(db, handler, job, errors, finished, heartbeat).finally(() => {
           inflight.delete(p);
           queue._wake();
         });
         inflight.add(p);
         handled += 1;
       }
-      if (jobs.length < free) await nap(QUICK);
+      if (free > 0 && jobs.length < free) await nap(poll, true); // idle places: sleep in the waiter's tq_wait
     }
   } finally {
     process.removeListener('SIGTERM', onSignal);
     process.removeListener('SIGINT', onSignal);
     await Promise.allSettled(inflight); // claim nothing more; wait for the work in flight
+    settleAndClaim(db, finished.splice(0), null, []);
+    heartbeat.close();
+    waiter.close();
     db.close();
   }
   return handled;
 }
 
-function quickCheck(db, name) {
-  try {
-    return one(db, 'SELECT tq_wait(?, 0)', name) === 1;
-  } catch (err) {
-    if (!isBusy(err)) throw err;
-    return false;
+/** The settles of every handler that ended since the last turn, and the claim of the free
+ * places (claimSql null: none), in one transaction: one commit for several jobs. Busy: tried
+ * three times, then the settles are dropped (their leases run out and the jobs run again). */
+function settleAndClaim(db, batch, claimSql, args) {
+  if (batch.length === 0 && claimSql === null) return [];
+  const body = db.transaction(() => {
+    for (const [run, outcome, value] of batch) settleIn(db, run, outcome, value);
+    return claimSql === null ? [] : rows(db, claimSql, ...args);
+  });
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return body.immediate();
+    } catch (err) {
+      if (!isBusy(err)) throw err;
+      if (attempt === 3) {
+        console.error(`tinyq: settling ${batch.length} jobs / claiming failed: ${err.message}`);
+        return [];
+      }
+    }
   }
 }
 
@@ -400,53 +459,90 @@ function isBusy(err) {
 }
 
 /** One claimed job: run the handler with its lease renewed, then settle (unless cancelled). */
-async function runOne(db, handler, job) {
+/** One claimed job: run the handler (its lease renewed by the heartbeat), then queue its
+ * settle for the next claim (unless cancelled). */
+async function runOne(db, handler, job, errors, finished, heartbeat) {
   const run = new Run(db, job);
-  const every = Math.max(job.lease_until - Date.now(), 100) / 2; // renew at half the lease
-  let timer = null;
-  const renew = () => {
-    let next = every;
-    try {
-      const until = one(db, 'SELECT tq_renew(?, ?)', run.id, run.attempt);
-      if (until === null) return run._cancel(); // cancelled, timed out, or taken: stop renewing
-      run.leaseUntil = until;
-    } catch (err) {
-      console.warn(`tinyq: renewing ${run.id} attempt ${run.attempt} failed: ${err.message}`);
-      next = Math.min(every, 1000) / 4; // busy, most likely: try again soon
-    }
-    timer = setTimeout(renew, next);
-  };
-  timer = setTimeout(renew, every);
-
+  heartbeat.add(run);
   let outcome, value;
   try {
     const result = await handler(decode(job.payload), run);
     [outcome, value] = ['done', result === undefined ? undefined : encode(result)];
   } catch (err) {
-    [outcome, value] = err instanceof Outcome ? [err.outcome, err.value] : ['error', errorText(err)];
+    [outcome, value] = err instanceof Outcome ? [err.outcome, err.value] : ['error', errorText(err, errors)];
   } finally {
-    clearTimeout(timer);
+    heartbeat.remove(run);
   }
-  if (outcome && !run.cancelled) settle(db, run, outcome, value);
+  if (outcome && !run.cancelled) finished.push([run, outcome, value]); // settled with the next claim
 }
 
-/** tq_settle, retried a little when busy. A settle the extension refuses (a bad delay, say)
- * is recorded as an error instead, so the job does not sit until its lease ends. */
-function settle(db, run, outcome, value) {
+const RENEW_ALL = "SELECT tq_renew(json_extract(value, '$[0]'), json_extract(value, '$[1]')) AS lease FROM json_each(?)";
+
+/** The worker's heartbeat: when the earliest running job is at half its lease, every running
+ * job is renewed, in one statement of one transaction. A NULL marks the run cancelled. */
+function startHeartbeat(db) {
+  const due = new Map(); // run -> time of its next renewal (ms)
+  const every = (run) => Math.max(run.leaseUntil - Date.now(), 100) / 2;
+  let timer = null;
+  let timerAt = Infinity; // when the timer fires
+  const renew = db.transaction((pairs) => rows(db, RENEW_ALL, pairs).map((r) => r.lease));
+  const schedule = () => {
+    clearTimeout(timer);
+    timer = null;
+    timerAt = Infinity;
+    if (due.size === 0) return;
+    let earliest = Infinity;
+    for (const at of due.values()) earliest = Math.min(earliest, at);
+    timerAt = earliest;
+    timer = setTimeout(beat, Math.max(earliest - Date.now(), 1));
+  };
+  const beat = () => {
+    const runs = [...due.keys()];
+    try {
+      const leases = renew.immediate(JSON.stringify(runs.map((run) => [run.id, run.attempt])));
+      runs.forEach((run, i) => {
+        if (leases[i] === null) {
+          run._cancel(); // cancelled, timed out, or taken by a later attempt: stop renewing
+          due.delete(run);
+        } else {
+          run.leaseUntil = leases[i];
+          if (due.has(run)) due.set(run, Date.now() + every(run));
+        }
+      });
+    } catch (err) {
+      console.warn(`tinyq: renewing ${runs.length} leases failed: ${err.message}`);
+      const soon = Date.now() + 250; // busy, most likely: try again soon
+      for (const run of runs) if (due.has(run)) due.set(run, soon);
+    }
+    schedule();
+  };
+  return {
+    add(run) {
+      const at = Date.now() + every(run);
+      due.set(run, at);
+      if (at < timerAt) schedule(); // only then: most jobs have the same lease
+    },
+    remove(run) {
+      due.delete(run); // a timer left for it renews the others a little early: harmless
+      if (due.size === 0) schedule();
+    },
+    close() {
+      due.clear();
+      schedule();
+    },
+  };
+}
+
+/** tq_settle inside the caller's transaction. A settle the extension refuses (a bad delay,
+ * say) is recorded as an error instead, so the job does not sit until its lease ends. */
+function settleIn(db, run, outcome, value) {
   const args = [run.id, run.attempt, outcome];
   if (value !== undefined && value !== null) args.push(value);
-  const sql = `SELECT tq_settle(${args.map(() => '?').join(', ')})`;
-  for (let attempt = 1; ; attempt++) {
-    try {
-      return one(db, sql, ...args);
-    } catch (err) {
-      if (isBusy(err) && attempt < 3) continue;
-      if (outcome === 'error' || isBusy(err)) {
-        console.error(`tinyq: settling ${run.id} attempt ${run.attempt} failed: ${err.message}`);
-        return null;
-      }
-      return settle(db, run, 'error', errorText(err));
-    }
+  try {
+    return one(db, `SELECT tq_settle(${args.map(() => '?').join(', ')})`, ...args);
+  } catch (err) {
+    if (isBusy(err) || outcome === 'error') throw err;
+    return settleIn(db, run, 'error', errorText(err));
   }
 }
 

@@ -3,7 +3,8 @@
 `pip install ./python` and `pip wheel ./python` need nothing from the network: pip's
 isolated build environment has nothing to install (pyproject.toml: requires = []).
 
-The wheel holds the tinyq package (tinyq/*.py, tinyq/*.html) and the compiled extension
+The wheel holds the tinyq package (tinyq/*.py, tinyq/*.html, and tinyq/py.typed: the
+package's type hints are for type checkers, PEP 561) and the compiled extension
 as tinyq/tinyq.so, taken from the repository's dist/tinyq.so (built by `make`), or, when
 building from an sdist, from tinyq/tinyq.so. It is a platform wheel (py3-none-<platform>):
 the extension does not depend on the Python version, only on the machine.
@@ -49,7 +50,7 @@ def _extension():
 def _package_files():
     """(name in the archive, path on disk) of every file the package ships."""
     files = [("tinyq/" + name, os.path.join(PACKAGE, name))
-             for name in sorted(os.listdir(PACKAGE)) if name.endswith((".py", ".html"))]
+             for name in sorted(os.listdir(PACKAGE)) if name.endswith((".py", ".html")) or name == "py.typed"]
     return files + [("tinyq/tinyq.so", _extension())]
 
 

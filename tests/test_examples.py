@@ -235,3 +235,41 @@ def test_shell_session_prints_its_expected_output():
     # Column mode pads with spaces; an editor may trim them in the .out file.
     assert [line.split() for line in out.splitlines()] == \
         [line.split() for line in expected.splitlines()]
+
+
+# -- examples/asyncio_web.py ---------------------------------------------------------------
+
+def test_asyncio_web_answers_202_the_worker_runs_the_slow_call_and_sigterm_waits(tmp_path):
+    proc = subprocess.Popen([PY, "examples/asyncio_web.py", "--db", str(tmp_path / "web.db"),
+                             "--port", "0"], cwd=ROOT, env=example_env(), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        first = proc.stdout.readline()
+        assert first.startswith("listening on "), proc.communicate(timeout=5)
+        base = first.split()[-1]
+        request = urllib.request.Request(base + "/triage", data=b'{"ticket": 1}', method="POST",
+                                         headers={"X-Request-Id": "req-41"})
+        with urllib.request.urlopen(request, timeout=10) as response:
+            status, accepted = response.status, json.loads(response.read())
+        assert status == 202 and accepted["ticket"] == 1
+        assert accepted["state"] in ("waiting", "running")          # the model has not answered
+        seen = [accepted["state"]]
+        job = poll(base + "/jobs/" + accepted["job"], ("done", "failed"), seen)
+        assert seen[-1] == "done" and in_order(seen, ["waiting", "running", "done"])
+        assert job["result"] == {"ticket": 1, "state": "awaiting_approval", "category": "refund",
+                                 "confidence": "high"}
+        _, failing = http("POST", base + "/triage", {"ticket": 13})
+        job = poll(base + "/jobs/" + failing["job"], ("failed", "scheduled"), [])
+        assert job["error"] == "ProviderError"                       # the class, not the message
+        _, last = http("POST", base + "/triage", {"ticket": 2})
+        poll(base + "/jobs/" + last["job"], ("running",), [])
+        rc, out, err = stop(proc)                                     # a call in flight
+    finally:
+        proc.kill()
+    assert rc == 0, err
+    assert "stopped after" in out
+    assert "job=%s request=req-41 classifying ticket 1" % accepted["job"] in err
+    assert "sk-live" not in json.dumps(job)
+    conn = connect(str(tmp_path / "web.db"))
+    assert json.loads(one(conn, "SELECT tq_get(?)", last["job"]))["state"] == "done"
+    conn.close()

@@ -126,8 +126,8 @@ def test_the_wheel_carries_the_extension(tmp_path):
     assert os.path.basename(wheel).endswith("-py3-none-linux_%s.whl" % os.uname().machine)
     with zipfile.ZipFile(wheel) as zf:
         names = set(zf.namelist())
-        assert {"tinyq/__init__.py", "tinyq/cli.py", "tinyq/dashboard.py",
-                "tinyq/dashboard.html", "tinyq/tinyq.so"} <= names
+        assert {"tinyq/__init__.py", "tinyq/cli.py", "tinyq/dashboard.py", "tinyq/_aio.py",
+                "tinyq/dashboard.html", "tinyq/tinyq.so", "tinyq/py.typed"} <= names
         with open(SO, "rb") as f:
             assert zf.read("tinyq/tinyq.so") == f.read()
         info = [n for n in names if n.endswith(".dist-info/entry_points.txt")]

@@ -1,5 +1,6 @@
 """The Python worker helper (python/tinyq): Queue methods, the work() loop, and what it
 promises across threads and real processes (SIGKILL, SIGTERM, lease renewal, cancel)."""
+import logging
 import os
 import signal
 import sqlite3
@@ -449,3 +450,176 @@ def test_renewals_keep_a_long_handlers_lease(db_path, queue, db):
     job = queue.get("long")
     assert job["state"] == "done" and job["attempt"] == 1 and job["result"] == "still mine"
     assert [e["state"] for e in queue.watch()].count("running") == 1
+
+
+# -- the thread pool (issue 14) ----------------------------------------------------------
+
+def test_pool_threads_and_connections_live_as_long_as_work(queue):
+    ids = [queue.add({"i": i}) for i in range(40)]
+    seen = []
+
+    def handler(payload, run):
+        seen.append((threading.get_ident(), id(run.conn)))
+
+    thread, box = start_work(queue, handler, concurrency=3)
+    wait_for(lambda: all(queue.get(i)["state"] == "done" for i in ids))
+    stop(queue, thread)
+    assert box["handled"] == 40 and len(seen) == 40
+    assert len({t for t, _ in seen}) <= 3 and len({c for _, c in seen}) <= 3
+
+
+def test_heartbeat_renews_every_running_job_in_one_pass(queue):
+    queue.settings(lease="1s")
+    release = threading.Event()
+
+    def handler(payload, run):
+        release.wait(10)
+
+    thread, _ = start_work(queue, handler, concurrency=3)
+    for i in range(3):                           # claimed 150 ms apart
+        queue.add({}, id="j%d" % i)
+        wait_for(lambda: queue.get("j%d" % i)["state"] == "running")
+        time.sleep(0.15)
+    time.sleep(1.0)                              # past the first renewal
+    leases = [queue.get("j%d" % i)["lease_until"] for i in range(3)]
+    release.set()
+    wait_for(lambda: all(queue.get("j%d" % i)["state"] == "done" for i in range(3)))
+    stop(queue, thread)
+    assert max(leases) - min(leases) <= 5, leases     # renewed together, not 150 ms apart
+    assert all(queue.get("j%d" % i)["attempt"] == 1 for i in range(3))
+
+
+def test_errors_class_records_only_the_exception_class(queue):
+    queue.add({}, id="secret", attempts=1)
+
+    def handler(payload, run):
+        raise PermissionError("provider said: key sk-123 is over quota")
+
+    thread, _ = start_work(queue, handler, errors="class")
+    wait_for(lambda: queue.get("secret")["state"] == "failed")
+    stop(queue, thread)
+    assert queue.get("secret")["error"] == "PermissionError"
+    assert not any("sk-123" in (e["detail"] or "") for e in queue.watch())
+    with pytest.raises(ValueError, match="errors"):
+        queue.work(handler, errors="everything")
+
+
+def test_prefetch_claims_ahead_and_puts_those_back_on_stop(queue):
+    for i in range(5):
+        queue.add({"i": i}, id="p%d" % i, priority=10 - i)
+    started = threading.Event()
+
+    def handler(payload, run):
+        started.set()
+        if payload["i"] == 0:
+            time.sleep(1.0)
+
+    thread, box = start_work(queue, handler, prefetch=2)
+    assert started.wait(10)
+    running = [queue.get("p%d" % i)["state"] for i in range(5)]
+    queue.stop()
+    thread.join(15)
+    assert not thread.is_alive()
+    assert running == ["running", "running", "running", "waiting", "waiting"]
+    states = [queue.get("p%d" % i)["state"] for i in range(5)]
+    assert states == ["done", "waiting", "waiting", "waiting", "waiting"]
+    assert queue.get("p1")["tries"] == 0          # put back by a snooze: not a try used up
+    assert box["handled"] == 3
+
+
+def test_meta_reaches_the_handler_and_the_log_filter(queue, caplog):
+    queue.add({}, id="m", meta={"correlation_id": "req-7", "tenant": "acme"})
+    queue.add({}, id="plain")
+    seen = {}
+    logger = logging.getLogger("test_meta")
+    caplog.handler.addFilter(tinyq.JobContextFilter())
+
+    def handler(payload, run):
+        seen[run.id] = (run.meta, tinyq.current_run.get() is run)
+        logger.warning("handling")
+
+    with caplog.at_level(logging.WARNING, logger="test_meta"):
+        thread, _ = start_work(queue, handler)
+        wait_for(lambda: len(seen) == 2)
+        stop(queue, thread)
+    assert seen["m"] == ({"correlation_id": "req-7", "tenant": "acme"}, True)
+    assert seen["plain"] == ({}, True)
+    tagged = {(r.job_id, r.correlation_id) for r in caplog.records if r.name == "test_meta"}
+    assert tagged == {("m", "req-7"), ("plain", None)}
+    assert tinyq.current_run.get() is None
+
+
+def test_public_api_has_type_hints_that_resolve():
+    """py.typed promises type checkers hints on the public API: every public method of
+    Queue, AsyncQueue and the runs names its return type, and the hints resolve."""
+    import typing
+    for cls in (tinyq.Queue, tinyq.AsyncQueue, tinyq.Run, tinyq.AsyncRun):
+        for name in dir(cls):
+            member = getattr(cls, name)
+            if name.startswith("_") or not callable(member):
+                continue
+            assert "return" in typing.get_type_hints(member), "%s.%s" % (cls.__name__, name)
+    for fn in (tinyq.open, tinyq.load, tinyq.extension_path):
+        assert "return" in typing.get_type_hints(fn)
+    assert typing.get_type_hints(tinyq.Queue.work)["return"] is int
+    assert os.path.exists(os.path.join(ROOT, "python", "tinyq", "py.typed"))
+
+
+def test_prefetch_auto_claims_ahead_only_after_fast_handlers(queue):
+    for i in range(20):
+        queue.add({"i": i}, id="a%02d" % i, priority=100 - i)
+    blocked, release = threading.Event(), threading.Event()
+
+    def handler(payload, run):
+        if payload["i"] == 10:              # ten tiny jobs first, then one that blocks
+            blocked.set()
+            release.wait(10)
+
+    thread, box = start_work(queue, handler)              # prefetch="auto", one thread
+    assert blocked.wait(10)
+    ahead = [i for i in range(11, 20) if queue.get("a%02d" % i)["state"] == "running"]
+    # the jobs done before the blocked one are settled meanwhile (not held behind it)
+    wait_for(lambda: all(queue.get("a%02d" % i)["state"] == "done" for i in range(10)), timeout=3)
+    queue.stop()
+    release.set()
+    thread.join(15)
+    assert not thread.is_alive()
+    assert 1 <= len(ahead) <= 7, ahead                    # claimed ahead of the blocked one
+    assert all(queue.get("a%02d" % i)["state"] == "done" for i in range(11))
+    back = [queue.get("a%02d" % i) for i in range(11, 20)]
+    assert all(j["state"] == "waiting" and j["tries"] == 0 for j in back)   # put back on stop
+    with pytest.raises(ValueError, match="prefetch"):
+        queue.work(handler, prefetch=-1)
+
+
+def test_jobs_claimed_ahead_do_not_wait_behind_a_slow_one_while_another_thread_is_free(queue):
+    ids = [queue.add({"i": i}, id="s%02d" % i, priority=100 - i) for i in range(30)]
+    release = threading.Event()
+
+    def handler(payload, run):
+        if payload["i"] == 10:
+            release.wait(10)
+
+    thread, _ = start_work(queue, handler, concurrency=2)
+    try:
+        wait_for(lambda: all(queue.get(i)["state"] == "done" for i in ids if i != "s10"))
+        assert queue.get("s10")["state"] == "running"
+    finally:
+        release.set()
+    wait_for(lambda: queue.get("s10")["state"] == "done")
+    stop(queue, thread)
+
+
+def test_a_write_lock_held_elsewhere_delays_the_pool_but_loses_nothing(queue, db_path):
+    ids = [queue.add({"i": i}) for i in range(20)]
+    holder = sqlite3.connect(db_path, isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")                 # another process's long write
+    thread, box = start_work(queue, lambda payload, run: None, concurrency=4)
+    time.sleep(1.0)
+    assert all(queue.get(i)["state"] == "waiting" for i in ids)
+    holder.execute("COMMIT")
+    holder.close()
+    wait_for(lambda: all(queue.get(i)["state"] == "done" for i in ids))
+    stop(queue, thread)
+    assert box["handled"] == 20
+    assert all(queue.get(i)["attempt"] == 1 for i in ids)

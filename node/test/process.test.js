@@ -97,3 +97,31 @@ test('with handleSignals, SIGTERM stops claiming and waits for the handler in fl
   assert.equal(q.get('second').state, 'waiting');
   q.close();
 });
+
+test('SIGTERM with five jobs in flight: all five settle, nothing more is claimed', async () => {
+  const file = tempDb();
+  const q = new tinyq.Queue(file, 'q');
+  for (let i = 0; i < 12; i++) q.add({ i }, { id: `j${i}`, priority: 100 - i });
+  const worker = child(`
+    const q = new tinyq.Queue(process.env.TINYQ_TEST_DB, 'q');
+    q.work(async (payload, run) => {
+      run.progress('started');
+      await new Promise((resolve) => setTimeout(resolve, 800));
+      return 'finished';
+    }, { concurrency: 5, handleSignals: true }).then((handled) => {
+      console.log('stopped after ' + handled);
+      q.close();
+    });`, file);
+  const ids = Array.from({ length: 12 }, (_, i) => `j${i}`);
+  while (!ids.slice(0, 5).every((id) => q.get(id).progress === 'started')) {
+    await new Promise((resolve) => setTimeout(resolve, 10));
+  }
+  worker.kill('SIGTERM');
+  const { code } = await worker.exited;
+  assert.equal(code, 0);
+  await worker.line(/stopped after 5\n$/);
+  assert.deepEqual(ids.map((id) => q.get(id).state),
+    [...Array(5).fill('done'), ...Array(7).fill('waiting')]);
+  assert.deepEqual(ids.slice(5).map((id) => q.get(id).attempt), Array(7).fill(0));
+  q.close();
+});

@@ -225,3 +225,62 @@ test('a timed-out attempt sets run.cancelled and is not settled', async () => {
   assert.equal(q.get('slow').state, 'failed');
   assert.equal(q.get('slow').error, 'timeout');
 });
+
+test('run.meta is the job\'s meta; errors: "class" records only the error\'s class', async () => {
+  const q = newQueue();
+  q.add({}, { id: 'm', meta: { correlation_id: 'req-7' } });
+  q.add({}, { id: 'plain' });
+  q.add({}, { id: 'secret', attempts: 1 });
+  const metas = {};
+  await workUntilSettled(q, ['m', 'plain', 'secret'], async (payload, run) => {
+    metas[run.id] = run.meta;
+    if (run.id === 'secret') throw new TypeError('key sk-123 over quota');
+  }, { errors: 'class' });
+  assert.deepEqual(metas, { m: { correlation_id: 'req-7' }, plain: {}, secret: {} });
+  assert.equal(q.get('secret').error, 'TypeError');
+  await assert.rejects(q.work(async () => {}, { errors: 'stack' }), /errors must be/);
+});
+
+test('an idle worker wakes for a job added by another process, long before its poll, and the event loop runs on', async () => {
+  const { spawnSync } = require('child_process');
+  const { monitorEventLoopDelay } = require('perf_hooks');
+  const q = newQueue();
+  let ran = null;
+  const working = q.work(async () => { ran = Date.now(); }, { poll: 5000 });
+  await sleep(300); // asleep in the waiter's tq_wait (up to 5 s)
+  const delay = monitorEventLoopDelay({ resolution: 10 });
+  delay.enable();
+  await sleep(700);
+  const pkg = JSON.stringify(require('path').join(__dirname, '..'));
+  const added = Date.now();
+  const child = spawnSync(process.execPath, ['-e', `const t = require(${pkg}); new t.Queue(${JSON.stringify(q.path)}, 'q').add({}, { id: 'from-outside' });`]);
+  assert.equal(child.status, 0, String(child.stderr));
+  await until(() => ran !== null, 4000);
+  delay.disable();
+  assert.ok(ran - added < 2500, `woke after ${ran - added} ms`);
+  assert.ok(delay.max / 1e6 < 500, `the event loop stalled ${delay.max / 1e6} ms`);
+  await q.stop();
+  await working;
+  assert.equal(q.get('from-outside').state, 'done');
+});
+
+test('the heartbeat renews every running job in one pass', async () => {
+  const q = newQueue();
+  q.settings({ lease: '1s' });
+  let release;
+  const gate = new Promise((resolve) => { release = resolve; });
+  const working = q.work(async () => { await gate; }, { concurrency: 3 });
+  for (let i = 0; i < 3; i++) { // claimed 150 ms apart
+    q.add({}, { id: `j${i}` });
+    await until(() => q.get(`j${i}`).state === 'running');
+    await sleep(150);
+  }
+  await sleep(1000); // past the first renewal
+  const leases = [0, 1, 2].map((i) => q.get(`j${i}`).lease_until);
+  release();
+  await until(() => [0, 1, 2].every((i) => q.get(`j${i}`).state === 'done'));
+  await q.stop();
+  await working;
+  assert.ok(Math.max(...leases) - Math.min(...leases) <= 5, `leases ${leases}`);
+  assert.deepEqual([0, 1, 2].map((i) => q.get(`j${i}`).attempt), [1, 1, 1]);
+});

@@ -1,5 +1,6 @@
 """Periodic jobs for `tinyq.Queue`: schedule, unschedule, schedules (tq_schedule & co)."""
 import json
+from typing import Any, Dict, List
 
 from ._sql import _encode, _one, _options, _rows
 
@@ -9,7 +10,7 @@ SCHEDULE_COLUMNS = ("name", "queue", "when", "tz", "next_at", "last_at", "last_i
 class Schedules:
     """Methods of a Queue (self.conn, self.name) for the schedules of its queue."""
 
-    def schedule(self, name, when, payload, **options):
+    def schedule(self, name: str, when: str, payload: Any, **options: Any) -> Dict[str, Any]:
         """Create or replace the schedule `name` of this queue; returns it as a dict.
 
         `when`: a cron expression ('0 9 * * mon', 6 fields with seconds first), '@every 10m',
@@ -22,11 +23,11 @@ class Schedules:
         marks = ", ".join("?" * len(args))
         return json.loads(_one(self.conn, "SELECT tq_schedule(%s)" % marks, *args))
 
-    def unschedule(self, name):
+    def unschedule(self, name: str) -> bool:
         """Remove the schedule `name`; False when there was none. Its jobs already added stay."""
         return bool(_one(self.conn, "SELECT tq_unschedule(?)", name))
 
-    def schedules(self):
+    def schedules(self) -> List[Dict[str, Any]]:
         """This queue's schedules (tq_schedules) as dicts, by name."""
         rows = _rows(self.conn, 'SELECT name, queue, "when", tz, next_at, last_at, last_id, paused '
                                 "FROM tq_schedules WHERE queue = ?", self.name)

@@ -1,6 +1,10 @@
-"""The loop behind Queue.work: claim, one thread (and connection) per handler, a heartbeat
-thread that renews leases at half their length, and a shutdown that waits for the work in
-flight."""
+"""The loop behind Queue.work: a fixed pool of long-lived threads, each with its own
+connection, that settle their last job and claim their next in one transaction; a
+heartbeat that renews every running job of the worker in one pass; a waiter that sleeps in
+tq_wait for the idle threads; and a shutdown that waits for the work in flight."""
+from __future__ import annotations
+
+import collections
 import json
 import logging
 import os
@@ -8,211 +12,241 @@ import signal
 import socket
 import threading
 import time
+from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
 
-from ._sql import _decode, _encode, _ms, _one, _rows
+from ._context import Outcome, Cancelled, RunBase, current_run, error_text, is_busy
+from ._sql import _decode, _encode, _one, _rows, _wait
 
 log = logging.getLogger("tinyq")
 
+__all__ = ["Outcome", "Cancelled", "Run", "work_loop"]
 
-class Outcome(BaseException):
-    """Raised by run.retry / run.snooze / run.fail to end the handler with that outcome.
-
-    A BaseException (like SystemExit), so a handler's `except Exception:` does not swallow it.
-    """
-
-    def __init__(self, outcome, value=None):
-        super().__init__(outcome, value)
-        self.outcome = outcome
-        self.value = value
+COLUMNS = ("id", "attempt", "payload", "group_key", "lease_until", "deadline")
 
 
-class Cancelled(Outcome):
-    """This attempt no longer holds its job (cancelled, timed out, or taken by a later
-    attempt). Raised by run.step when its answer could not be kept; nothing is settled."""
-
-    def __init__(self, reason="cancelled"):
-        super().__init__(None, reason)
-
-
-class Run:
+class Run(RunBase):
     """What a handler gets besides its payload: the attempt it runs and its controls."""
 
-    def __init__(self, conn, job):
+    def __init__(self, conn: Any, job: Dict[str, Any], write_lock: Optional[threading.Lock] = None):
+        super().__init__(job)
         self.conn = conn                  # this thread's connection, for the handler's own SQL
-        self.id = job["id"]
-        self.attempt = job["attempt"]
-        self.group = job["group_key"]
-        self.lease_until = job["lease_until"]
-        self.deadline = job["deadline"]
-        self.cancelled = False            # True once the job was cancelled or timed out
+        self._payload = job["payload"]
+        self._write_lock = write_lock
 
-    def step(self, name, fn):
+    def _write(self, sql: str, *args: Any) -> Any:
+        """A short write of this run's own. Inside work() it takes the pool's write lock, so
+        threads of one process queue for SQLite's lock here rather than in its busy handler
+        (unless the handler has a transaction of its own open on run.conn)."""
+        lock = self._write_lock
+        if lock is None or getattr(self.conn, "in_transaction", False):
+            return _one(self.conn, sql, *args)
+        with lock:
+            return _one(self.conn, sql, *args)
+
+    def step(self, name: str, fn: Callable[[], Any]) -> Any:
         """The answer kept under `name` by any attempt; else fn()'s answer, kept (as JSON)."""
         kept = _one(self.conn, "SELECT tq_step_get(?, ?)", self.id, name)
         if kept is None:
             value = json.dumps(fn())
-            kept = _one(self.conn, "SELECT tq_step_put(?, ?, ?, ?)",
-                        self.id, self.attempt, name, value)
-            if kept is None:          # stale attempt: the job is no longer ours
-                self.cancelled = True
-                raise Cancelled("step %r not kept: attempt %s of %s no longer holds the job"
-                                % (name, self.attempt, self.id))
+            kept = self._write("SELECT tq_step_put(?, ?, ?, ?)", self.id, self.attempt, name, value)
+            if kept is None:
+                self._lost_step(name)
         return _decode(kept)
 
-    def progress(self, value):
+    def progress(self, value: Any) -> bool:
         """Record progress (text as is, anything else as JSON); False when the job is gone."""
-        ok = bool(_one(self.conn, "SELECT tq_progress(?, ?, ?)",
-                       self.id, self.attempt, _encode(value)))
+        ok = bool(self._write("SELECT tq_progress(?, ?, ?)", self.id, self.attempt, _encode(value)))
         if not ok:
             self.cancelled = True
         return ok
 
-    def retry(self, delay=None):
-        """End this attempt; run again after `delay` (default: the backoff). Counts."""
-        raise Outcome("retry", _ms(delay))
 
-    def snooze(self, delay):
-        """End this attempt; run again after `delay`. Does not count against the budget."""
-        raise Outcome("snooze", _ms(delay))
-
-    def fail(self, reason):
-        """Fail the job for good now, with `reason` as its error."""
-        raise Outcome("fail", str(reason))
-
-    def __repr__(self):
-        return "Run(id=%r, attempt=%r)" % (self.id, self.attempt)
+def claim_sql(conn: Any, lease_options: Optional[str]) -> str:
+    """The claim statement, with the job's meta when this build's tq_claim has its hidden
+    `meta` column (store schema 3 and later), else NULL in its place."""
+    meta = "meta" if has_column(conn, "tq_claim", "meta") else "NULL"
+    return "SELECT %s, %s FROM tq_claim(?, ?, ?%s)" % (
+        ", ".join(COLUMNS), meta, "" if lease_options is None else ", ?")
 
 
-def _is_busy(exc):
-    text = "%s %s" % (type(exc).__name__, exc)
-    return "locked" in text.lower() or "busy" in text.lower()
+def has_column(conn: Any, table: str, column: str) -> bool:
+    return any(row[0] == column for row in _rows(conn, "SELECT name FROM pragma_table_xinfo(?)", table))
 
 
-def _error_text(exc):
-    message = str(exc)
-    return "%s: %s" % (type(exc).__name__, message) if message else type(exc).__name__
+def settle_args(run: RunBase, outcome: str, value: Any) -> Tuple[str, tuple]:
+    args = (run.id, run.attempt, outcome) + (() if value is None else (value,))
+    return "SELECT tq_settle(%s)" % ", ".join("?" * len(args)), args
+
+
+def settle_in(conn: Any, run: RunBase, outcome: str, value: Any) -> Any:
+    """tq_settle inside the caller's transaction. A settle the extension refuses (a bad
+    delay, say) is recorded as an error instead, so the job does not sit until its lease
+    ends. Busy errors go up: the transaction is retried as a whole."""
+    sql, args = settle_args(run, outcome, value)
+    try:
+        return _one(conn, sql, *args)
+    except Exception as exc:
+        if is_busy(exc) or outcome == "error":
+            raise
+        return settle_in(conn, run, "error", error_text(exc))
+
+
+def outcome_of(handler: Callable[..., Any], payload: Any, run: RunBase,
+               errors: str) -> Tuple[Optional[str], Any]:
+    """Run the handler; what to settle: (outcome, value), outcome None for nothing."""
+    try:
+        result = handler(payload, run)
+        return "done", (None if result is None else _encode(result))
+    except BaseException as exc:
+        return outcome_of_exception(exc, errors)
+
+
+def outcome_of_exception(exc: BaseException, errors: str) -> Tuple[Optional[str], Any]:
+    """What a handler's exception settles: its Outcome, else an error with its text."""
+    if isinstance(exc, Outcome):
+        return exc.outcome, exc.value
+    return "error", error_text(exc, errors)
 
 
 class _Heartbeat(threading.Thread):
-    """Renews every registered run's lease at half the lease length, on its own connection.
-    A renewal that returns NULL marks the run cancelled."""
+    """Renews the leases of every running job of the worker, all in one statement of one
+    transaction, whenever the earliest is at half its lease. A renewal that returns NULL
+    marks its run cancelled."""
 
-    def __init__(self, connect):
+    def __init__(self, connect: Callable[[], Any], write_lock: threading.Lock,
+                 flush: Optional[Callable[[Any], None]] = None, flush_every: float = 0.02):
         super().__init__(name="tinyq-heartbeat", daemon=True)
         self._connect = connect
-        self._runs = {}               # Run -> monotonic time of its next renewal
+        self._flush, self._flush_every = flush, flush_every
+        self._write_lock = write_lock
+        self._runs: Dict[RunBase, float] = {}    # run -> monotonic time of its next renewal
         self._cond = threading.Condition()
         self._closed = False
+        self._wakes_at = 0.0                     # when the heartbeat's wait ends (0: awake)
 
-    def add(self, run):
-        lease_ms = max(run.lease_until - time.time() * 1000, 100)
-        run._renew_every = lease_ms / 2000.0
+    def add(self, run: RunBase) -> None:
+        run._renew_every = max(run.lease_until - time.time() * 1000, 100) / 2000.0
+        due = time.monotonic() + run._renew_every
         with self._cond:
-            self._runs[run] = time.monotonic() + run._renew_every
-            self._cond.notify()
+            self._runs[run] = due
+            if due < self._wakes_at:      # only then: waking a thread per job costs
+                self._cond.notify()
 
-    def remove(self, run):
+    def remove(self, run: RunBase) -> None:
         with self._cond:
             self._runs.pop(run, None)
 
-    def close(self):
+    def close(self) -> None:
         with self._cond:
             self._closed = True
             self._cond.notify()
         self.join()
 
-    def _due(self):
-        """Wait until some run is due (returns them) or the heartbeat is closed (None)."""
+    def _due(self) -> Optional[List[RunBase]]:
+        """Wait until some run is due, then return every run ([] when it is time to flush);
+        None once closed."""
         with self._cond:
+            flush_at = time.monotonic() + self._flush_every if self._flush else float("inf")
             while not self._closed:
                 now = time.monotonic()
-                due = [run for run, at in self._runs.items() if at <= now]
-                if due:
-                    return due
-                self._cond.wait(min(self._runs.values(), default=now + 1.0) - now)
+                if any(at <= now for at in self._runs.values()):
+                    return list(self._runs)
+                if now >= flush_at:
+                    return []
+                self._wakes_at = min(min(self._runs.values(), default=now + 1.0), flush_at)
+                self._cond.wait(self._wakes_at - now)
+                self._wakes_at = 0.0
         return None
 
-    def run(self):
+    def run(self) -> None:
         conn = self._connect()
         try:
             while True:
-                due = self._due()
-                if due is None:
+                runs = self._due()
+                if runs is None:
                     return
-                for run in due:
-                    self._renew(conn, run)
+                if runs:
+                    self._renew(conn, runs)
+                if self._flush:
+                    try:
+                        self._flush(conn)
+                    except Exception as exc:   # the next claim settles them instead
+                        log.warning("tinyq: settling finished jobs failed: %s", exc)
         finally:
             conn.close()
 
-    def _renew(self, conn, run):
+    def _renew(self, conn: Any, runs: List[RunBase]) -> None:
+        pairs = json.dumps([[run.id, run.attempt] for run in runs])
         try:
-            lease_until = _one(conn, "SELECT tq_renew(?, ?)", run.id, run.attempt)
+            with self._write_lock:
+                leases = renew_all(conn, pairs)
         except Exception as exc:  # busy, most likely: try again soon
-            log.warning("tinyq: renewing %s attempt %s failed: %s", run.id, run.attempt, exc)
-            next_at = time.monotonic() + min(run._renew_every, 1.0) / 4
-        else:
-            if lease_until is None:       # cancelled, timed out, or taken by a later attempt
-                run.cancelled = True
-                self.remove(run)
-                return
-            run.lease_until = lease_until
-            next_at = time.monotonic() + run._renew_every
+            log.warning("tinyq: renewing %d leases failed: %s", len(runs), exc)
+            with self._cond:
+                renew_soon(self._runs, runs, min(min(r._renew_every for r in runs), 1.0) / 4)
+            return
         with self._cond:
-            if run in self._runs:
-                self._runs[run] = next_at
+            renewed(self._runs, runs, leases)
 
 
-def _settle(conn, run, outcome, value):
-    """tq_settle, retried a little when busy. A settle the extension refuses (a bad delay,
-    say) is recorded as an error instead, so the job does not sit until its lease ends."""
-    args = (run.id, run.attempt, outcome) + (() if value is None else (value,))
-    sql = "SELECT tq_settle(%s)" % ", ".join("?" * len(args))
-    for attempt in range(3):
-        try:
-            return _one(conn, sql, *args)
-        except Exception as exc:
-            if _is_busy(exc) and attempt < 2:
-                continue
-            if outcome == "error" or _is_busy(exc):
-                log.error("tinyq: settling %s attempt %s failed: %s", run.id, run.attempt, exc)
-                return None
-            return _settle(conn, run, "error", _error_text(exc))
+def renewed(due: Dict[Any, float], runs: List[RunBase], leases: List[Any]) -> None:
+    """After renew_all: each run's new lease and next renewal in `due` (run -> monotonic
+    time); a NULL lease (cancelled, timed out, or taken by a later attempt) cancels the run."""
+    now = time.monotonic()
+    for run, lease_until in zip(runs, leases):
+        if lease_until is None:
+            run.cancelled = True
+            due.pop(run, None)
+        else:
+            run.lease_until = lease_until
+            if run in due:
+                due[run] = now + run._renew_every
 
 
-def _run_one(handler, connect, job, heartbeat):
-    """One claimed job, in its own thread: run the handler, then settle (unless cancelled)."""
-    conn = connect()
+def renew_soon(due: Dict[Any, float], runs: List[RunBase], seconds: float) -> None:
+    """After a failed renew_all (busy, most likely): try again in `seconds`."""
+    soon = time.monotonic() + seconds
+    for run in runs:
+        if run in due:
+            due[run] = soon
+
+
+RENEW_ALL = "SELECT tq_renew(json_extract(value, '$[0]'), json_extract(value, '$[1]')) FROM json_each(?)"
+
+
+def renew_all(conn: Any, pairs: str) -> List[Any]:
+    """tq_renew of every [id, attempt] in `pairs` (JSON), in one statement of one transaction."""
+    return [row[0] for row in transaction(conn, lambda: _rows(conn, RENEW_ALL, pairs))]
+
+
+def transaction(conn: Any, body: Callable[[], Any]) -> Any:
+    """body() inside BEGIN IMMEDIATE ... COMMIT (rolled back if it raises)."""
+    _rows(conn, "BEGIN IMMEDIATE")
     try:
-        run = Run(conn, job)
-        heartbeat.add(run)
+        result = body()
+        _rows(conn, "COMMIT")
+        return result
+    except BaseException:
         try:
-            result = handler(_decode(job["payload"]), run)
-            outcome, value = "done", (None if result is None else _encode(result))
-        except Outcome as out:
-            outcome, value = out.outcome, out.value
-        except BaseException as exc:
-            outcome, value = "error", _error_text(exc)
-        finally:
-            heartbeat.remove(run)
-        if outcome is not None and not run.cancelled:
-            _settle(conn, run, outcome, value)
-    finally:
-        conn.close()
+            _rows(conn, "ROLLBACK")
+        except Exception:
+            pass
+        raise
 
 
-def _on_signals(stop):
+def _on_signals(stop: Callable[[], None]) -> Callable[[], None]:
     """In the main thread, SIGTERM and SIGINT call stop(); a second signal acts as before.
     Returns the function that puts the previous handlers back."""
     if threading.current_thread() is not threading.main_thread():
         return lambda: None
-    previous = {}
+    previous: Dict[int, Any] = {}
 
-    def restore():
+    def restore() -> None:
         while previous:
             sig, old = previous.popitem()
             signal.signal(sig, old if old is not None else signal.SIG_DFL)
 
-    def on_signal(signum, frame):
+    def on_signal(signum: int, frame: Any) -> None:
         log.info("tinyq: signal %s: finishing the work in flight", signum)
         stop()
         restore()
@@ -223,67 +257,297 @@ def _on_signals(stop):
     return restore
 
 
-def work_loop(queue, handler, connect, concurrency=1, worker=None, poll=1.0, lease=None):
+class _Request:
+    """A thread's ask: claim `claim` jobs (0: only settle what is pending)."""
+    __slots__ = ("claim", "jobs", "served", "error")
+
+    def __init__(self, claim: int):
+        self.claim = claim
+        self.jobs: List[Dict[str, Any]] = []
+        self.served = False
+        self.error: Optional[BaseException] = None
+
+
+class _Pace:
+    """How many jobs a thread claims ahead of the one it runs. A whole number is fixed.
+    "auto" claims AUTO_AHEAD ahead only while the thread's recent handlers (a moving
+    average) took under FAST seconds: then a job claimed ahead waits a few milliseconds at
+    most, and a queue of tiny jobs is drained with one commit per AUTO_AHEAD + 1 jobs instead
+    of one per job. The first job, and every job after a slow one, is claimed alone."""
+
+    AUTO_AHEAD = 7
+    FAST = 0.001
+
+    def __init__(self, prefetch: Any):
+        self.fixed = None if prefetch == "auto" else prefetch
+        self.average: Optional[float] = None
+
+    def took(self, seconds: float) -> None:
+        self.average = seconds if self.average is None else 0.7 * self.average + 0.3 * seconds
+
+    def ahead(self) -> int:
+        if self.fixed is not None:
+            return self.fixed
+        return self.AUTO_AHEAD if self.average is not None and self.average < self.FAST else 0
+
+
+class _Pool:
+    """The threads of one work() call and what they share."""
+
+    BUSY_TRIES = 3
+
+    def __init__(self, queue: Any, handler: Callable[..., Any], connect: Callable[[], Any],
+                 concurrency: int, worker: Optional[str], poll: float, lease: Any, errors: str,
+                 prefetch: Any):
+        from ._sql import _ms
+        self.queue = queue
+        self.handler = handler
+        self.connect = connect
+        self.concurrency = concurrency
+        self.worker = worker or "%s:%d" % (socket.gethostname(), os.getpid())
+        self.poll = poll
+        self.errors = errors
+        self.prefetch = prefetch
+        self.lease_options = None if lease is None else json.dumps({"lease": _ms(lease)})
+        self.stopping = queue._stopping
+        self.write_lock = threading.Lock()     # one writer of this process at a time
+        self.pending_lock = threading.Lock()
+        self.pending: List[_Request] = []      # settles and claims asked for, not served yet
+        self.ahead: Deque[Run] = collections.deque()   # claimed ahead, not started (prefetch)
+        self.unsettled: List[Tuple[Run, str, Any, float]] = []   # finished, to settle
+        self.heartbeat = _Heartbeat(connect, self.write_lock, self.flush)
+        self.wake = threading.Condition()      # idle threads wait here for the waiter
+        self.idle = 0
+        self.generation = 0                    # bumped each time the waiter wakes
+        self.handled = 0
+        self.failure: Optional[BaseException] = None
+        self.claim_sql = ""
+
+    # -- one worker thread ---------------------------------------------------------------
+
+    def thread_main(self) -> None:
+        try:
+            conn = self.connect()
+        except BaseException as exc:
+            self.fail(exc)
+            return
+        pace = _Pace(self.prefetch)
+        try:
+            while True:
+                if self.stopping.is_set():
+                    # Jobs claimed ahead go back in line: a snooze of 0 does not use up a try.
+                    self.unsettle([(run, "snooze", 0) for run in self.take_all_ahead() if not run.cancelled])
+                    self.settle_and_claim(conn, 0)
+                    return
+                run = self.take_ahead()
+                if run is None:
+                    claimed = self.settle_and_claim(conn, 1 + pace.ahead())
+                    if not claimed:
+                        self.wait_for_work()
+                        continue
+                    run = claimed[0]
+                    self.put_ahead(claimed[1:])
+                started = time.perf_counter()
+                done = self.run_job(conn, run)
+                pace.took(time.perf_counter() - started)
+                if done is not None:         # settled with the next claim of any thread
+                    self.unsettle([done])
+        except BaseException as exc:
+            self.fail(exc)
+        finally:
+            conn.close()
+
+    # Settles wait in one list for the whole pool: the next claim of any thread commits them,
+    # and the heartbeat commits those older than FLUSH_AFTER (a thread may be busy with a
+    # slow job, or every thread idle).
+
+    FLUSH_AFTER = 0.02
+
+    def unsettle(self, done: List[Tuple[Run, str, Any]]) -> None:
+        now = time.monotonic()
+        with self.pending_lock:
+            self.unsettled.extend((run, outcome, value, now) for run, outcome, value in done)
+
+    def flush(self, conn: Any) -> None:
+        with self.pending_lock:
+            old = bool(self.unsettled) and self.unsettled[0][3] <= time.monotonic() - self.FLUSH_AFTER
+        if old:
+            self.settle_and_claim(conn, 0)
+
+    # Jobs claimed ahead wait in one line for the whole pool, so that a slow job holds up
+    # only its own thread: any thread takes from the line before it claims.
+
+    def put_ahead(self, runs: List[Run]) -> None:
+        for run in runs:
+            self.heartbeat.add(run)
+        with self.pending_lock:
+            self.ahead.extend(runs)
+
+    def take_ahead(self) -> Optional[Run]:
+        with self.pending_lock:
+            return self.ahead.popleft() if self.ahead else None
+
+    def take_all_ahead(self) -> List[Run]:
+        with self.pending_lock:
+            runs, self.ahead = list(self.ahead), collections.deque()
+        for run in runs:
+            self.heartbeat.remove(run)
+        return runs
+
+    def run_job(self, conn: Any, run: Run) -> Optional[Tuple[Run, str, Any]]:
+        run.conn = conn                # the thread that runs it (it may have been claimed by another)
+        self.heartbeat.add(run)
+        token = current_run.set(run)   # the thread's context: log lines carry the job
+        try:
+            if run.cancelled:          # cancelled while it waited, claimed ahead
+                return None
+            outcome, value = outcome_of(self.handler, _decode(run._payload), run, self.errors)
+        finally:
+            current_run.reset(token)
+            self.heartbeat.remove(run)
+        return None if outcome is None or run.cancelled else (run, outcome, value)
+
+    def settle_and_claim(self, conn: Any, claim: int) -> List[Run]:
+        """Settle every finished job of the pool and claim this thread's next, in one
+        transaction shared with every other thread that asked meanwhile: the thread that
+        gets the write lock serves all the requests queued by then (one tq_claim for all
+        their places), so under load one commit carries several jobs."""
+        if not claim and not self.unsettled:
+            return []
+        request = _Request(claim)
+        with self.pending_lock:
+            self.pending.append(request)
+        with self.write_lock:
+            if not request.served:
+                with self.pending_lock:
+                    batch, self.pending = self.pending, []
+                self.serve(conn, batch)
+        if request.error is not None:
+            raise request.error
+        return [Run(conn, job, self.write_lock) for job in request.jobs]
+
+    def serve(self, conn: Any, batch: List["_Request"]) -> None:
+        """One transaction for the pending settles and the batch's claims (write lock held)."""
+        want = sum(r.claim for r in batch)
+        args = (self.queue.name, self.worker, want) + (
+            () if self.lease_options is None else (self.lease_options,))
+        with self.pending_lock:
+            settles, self.unsettled = self.unsettled, []
+
+        def body() -> List[Dict[str, Any]]:
+            for run, outcome, value, _ in settles:
+                settle_in(conn, run, outcome, value)
+            if not want:
+                return []
+            return [dict(zip(COLUMNS + ("meta",), row)) for row in _rows(conn, self.claim_sql, *args)]
+
+        jobs: List[Dict[str, Any]] = []
+        try:
+            for attempt in range(self.BUSY_TRIES):
+                try:
+                    jobs = transaction(conn, body)
+                    break
+                except Exception as exc:
+                    if not is_busy(exc):
+                        raise
+                    if attempt == self.BUSY_TRIES - 1:
+                        log.error("tinyq: settling %d jobs / claiming on %r failed: %s",
+                                  len(settles), self.queue.name, exc)
+        except Exception as exc:
+            for request in batch:
+                request.error = exc
+        with self.wake:
+            self.handled += len(jobs)
+        for request in batch:          # in order: the first to ask gets the first jobs
+            request.jobs, jobs = jobs[:request.claim], jobs[request.claim:]
+            request.served = True
+
+    def wait_for_work(self) -> None:
+        """Sleep until the waiter's tq_wait returns (a job may be claimable) or stop."""
+        with self.wake:
+            self.idle += 1
+            self.wake.notify_all()
+            seen = self.generation
+            while self.generation == seen and not self.stopping.is_set():
+                self.wake.wait(self.poll)
+            self.idle -= 1
+
+    def fail(self, exc: BaseException) -> None:
+        with self.wake:
+            if self.failure is None:
+                self.failure = exc
+        self.stopping.set()
+        self.wake_all()
+
+    def wake_all(self) -> None:
+        with self.wake:
+            self.generation += 1
+            self.wake.notify_all()
+
+    # -- the waiter: one tq_wait for every idle thread --------------------------------------
+
+    def waiter_main(self) -> None:
+        conn = self.connect()
+        try:
+            while not self.stopping.is_set():
+                with self.wake:
+                    while self.idle == 0 and not self.stopping.is_set():
+                        self.wake.wait(self.poll)
+                if self.stopping.is_set():
+                    return
+                try:   # sleep without a lock until a job may be claimable, at most `poll`
+                    _wait(conn, self.queue.name, self.poll)
+                except Exception as exc:
+                    if not is_busy(exc):
+                        raise
+                    time.sleep(self.poll)
+                self.wake_all()
+        except BaseException as exc:
+            self.fail(exc)
+        finally:
+            conn.close()
+
+    # -- the whole -------------------------------------------------------------------------
+
+    def run(self) -> int:
+        conn = self.connect()
+        try:
+            self.claim_sql = claim_sql(conn, self.lease_options)
+        finally:
+            conn.close()
+        threads = [threading.Thread(target=self.thread_main, name="tinyq-worker-%d" % i, daemon=True)
+                   for i in range(self.concurrency)]
+        waiter = threading.Thread(target=self.waiter_main, name="tinyq-waiter", daemon=True)
+        self.heartbeat.start()
+        restore_signals = _on_signals(self.queue.stop)
+        try:
+            for thread in threads + [waiter]:
+                thread.start()
+            while not self.stopping.wait(1.0):   # stop(), a signal, or a thread's failure
+                pass
+        finally:
+            restore_signals()
+            self.stopping.set()
+            self.wake_all()
+            for thread in threads:     # claim nothing more; wait for the work in flight
+                while thread.is_alive():
+                    thread.join(1.0)
+            self.heartbeat.close()
+            # The waiter may sleep in tq_wait for up to `poll`; it closes its own connection,
+            # and keeps this call's (set) stop event, while the next work() gets a fresh one.
+            self.queue._stopping = threading.Event()
+        if self.failure is not None:
+            raise self.failure
+        return self.handled
+
+
+def work_loop(queue: Any, handler: Callable[..., Any], connect: Callable[[], Any], concurrency: int = 1,
+              worker: Optional[str] = None, poll: float = 1.0, lease: Any = None,
+              errors: str = "message", prefetch: Any = "auto") -> int:
     if concurrency < 1:
         raise ValueError("concurrency must be at least 1")
-    worker = worker or "%s:%d" % (socket.gethostname(), os.getpid())
-    options = None if lease is None else json.dumps({"lease": _ms(lease)})
-    claim_sql = ("SELECT id, attempt, payload, group_key, lease_until, deadline "
-                 "FROM tq_claim(?, ?, ?%s)" % ("" if options is None else ", ?"))
-    columns = ("id", "attempt", "payload", "group_key", "lease_until", "deadline")
-    running = set()                   # threads running a handler
-    slots = threading.Condition()     # notified when a handler thread ends
-    handled = 0
-
-    def finished(fn):
-        def thread_main(*args):
-            try:
-                fn(*args)
-            finally:
-                with slots:
-                    running.discard(threading.current_thread())
-                    slots.notify_all()
-        return thread_main
-
-    conn = connect()
-    heartbeat = _Heartbeat(connect)
-    heartbeat.start()
-    restore_signals = _on_signals(queue.stop)
-    try:
-        while not queue._stopping.is_set():
-            with slots:
-                free = concurrency - len(running)
-                if free == 0:
-                    slots.wait(poll)
-                    continue
-            args = (queue.name, worker, free) + (() if options is None else (options,))
-            try:
-                jobs = [dict(zip(columns, row)) for row in _rows(conn, claim_sql, *args)]
-            except Exception as exc:
-                if not _is_busy(exc):
-                    raise
-                log.warning("tinyq: claim on %r failed: %s", queue.name, exc)
-                jobs = []
-            for job in jobs:
-                thread = threading.Thread(target=finished(_run_one), name="tinyq-%s" % job["id"],
-                                          args=(handler, connect, job, heartbeat))
-                with slots:
-                    running.add(thread)
-                thread.start()
-                handled += 1
-            if not jobs and not queue._stopping.is_set():
-                try:   # sleep without a lock until a job may be claimable, at most `poll`
-                    _one(conn, "SELECT tq_wait(?, ?)", queue.name, max(1, int(poll * 1000)))
-                except Exception as exc:
-                    if not _is_busy(exc):
-                        raise
-                    time.sleep(poll)
-    finally:
-        restore_signals()
-        with slots:                   # claim nothing more; wait for the work in flight
-            while running:
-                slots.wait()
-        heartbeat.close()
-        conn.close()
-        queue._stopping.clear()
-    return handled
+    if errors not in ("message", "class"):
+        raise ValueError("errors must be 'message' or 'class', not %r" % (errors,))
+    if prefetch != "auto" and (not isinstance(prefetch, int) or isinstance(prefetch, bool) or prefetch < 0):
+        raise ValueError("prefetch must be 'auto' or a whole number >= 0, not %r" % (prefetch,))
+    return _Pool(queue, handler, connect, concurrency, worker, poll, lease, errors, prefetch).run()

@@ -1,0 +1,328 @@
+#!/usr/bin/python3
+"""The worker layer, the way users run it: tinyq's Python `Queue.work` (threads),
+`AsyncQueue.work` (asyncio) and Node's `work`, beside huey's consumer and the npm queues
+liteque and plainjob, on one machine in one run.
+
+    /usr/bin/python3 bench/workers.py                 # full run (about two minutes)
+    /usr/bin/python3 bench/workers.py --quick         # smaller sizes
+    /usr/bin/python3 bench/workers.py --before ad2d89d   # also tinyq's helpers as of that commit
+
+Every figure is a prefilled queue drained by one process with a no-op handler (asyncio:
+handlers that each await 0.2 s), timed from the start of the worker to the last job's
+end, best of the repeats; idle wake-up is the median time from an add on another
+connection to the handler's start, with the worker idle in between. Each measurement
+runs in a process of its own. `--before REV` exports python/tinyq and node/index.js of
+that commit (git archive) into bench/work/before-REV/ and measures them too, so "before"
+and "after" come from the same run. Results: bench/results/workers.md.
+
+Setup (first run, under bench/work/): huey comes from bench/peers.py's venv; liteque
+0.8.0, plainjob 0.0.14 and better-sqlite3 12 are npm-installed into bench/work/node/.
+"""
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+
+BENCH = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(BENCH)
+WORK = os.path.join(BENCH, "work")
+RESULTS = os.path.join(BENCH, "results")
+NODE_DIR = os.path.join(WORK, "node")
+NODE_PACKAGES = ["liteque@0.8.0", "plainjob@0.0.14", "better-sqlite3@12"]
+EXT = os.path.join(ROOT, "dist", "tinyq")
+PY = "/usr/bin/python3"
+
+SIZES = {
+    "quick": dict(threads=2_000, asyncio=5_000, node=3_000, wakes=20, repeats=1),
+    "full": dict(threads=10_000, asyncio=20_000, node=10_000, wakes=60, repeats=3),
+}
+
+
+def log(msg, started=[time.monotonic()]):
+    print("  .. %s (%.0fs)" % (msg, time.monotonic() - started[0]), file=sys.stderr, flush=True)
+
+
+# --------------------------------------------------------------------------- setup
+
+def setup_huey():
+    sys.path.insert(0, BENCH)
+    import peers
+    return peers.setup_venv()
+
+
+def setup_node():
+    stamp = os.path.join(NODE_DIR, ".stamp")
+    want = " ".join(NODE_PACKAGES)
+    if os.path.exists(stamp) and open(stamp).read() == want:
+        return
+    log("npm install %s into %s" % (want, os.path.relpath(NODE_DIR, ROOT)))
+    os.makedirs(NODE_DIR, exist_ok=True)
+    with open(os.path.join(NODE_DIR, "package.json"), "w") as f:
+        json.dump({"name": "tinyq-bench-node-peers", "private": True}, f)
+    subprocess.run(["npm", "install", "--no-audit", "--no-fund", "--loglevel=error"] + NODE_PACKAGES,
+                   cwd=NODE_DIR, check=True, stdout=subprocess.DEVNULL)
+    with open(stamp, "w") as f:
+        f.write(want)
+
+
+def export_before(rev):
+    """python/tinyq and node/index.js as of `rev`, in bench/work/before-REV/."""
+    out = os.path.join(WORK, "before-" + rev)
+    if not os.path.exists(os.path.join(out, "node", "index.js")):
+        os.makedirs(out, exist_ok=True)
+        archive = subprocess.run(["git", "archive", rev, "python/tinyq", "node/index.js"],
+                                 cwd=ROOT, check=True, capture_output=True).stdout
+        subprocess.run(["tar", "-x", "-C", out], input=archive, check=True)
+    return out
+
+
+# --------------------------------------------------------------------------- children
+
+def prefill(path, queue, n):
+    """n jobs added in one transaction (setup, not timed), through tq_add."""
+    sys.path.insert(0, os.path.join(ROOT, "python"))
+    import sqlite3
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.enable_load_extension(True)
+    conn.load_extension(EXT)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA synchronous=NORMAL")
+    conn.execute("BEGIN")
+    for i in range(n):
+        conn.execute("SELECT tq_add(?, ?)", (queue, '{"n": %d}' % i))
+    conn.execute("COMMIT")
+    conn.close()
+
+
+def child_threads(spec):
+    sys.path.insert(0, spec["python"])
+    os.environ["TINYQ_EXT"] = EXT
+    import threading
+    import tinyq
+    prefill(spec["path"], "q", spec["n"])
+    q = tinyq.Queue(spec["path"], "q")
+    left = [spec["n"]]
+    lock = threading.Lock()
+
+    def handler(payload, run):
+        with lock:
+            left[0] -= 1
+            if left[0] == 0:
+                q.stop()
+
+    t0 = time.perf_counter()
+    q.work(handler, concurrency=spec["c"], poll=0.05, **({"prefetch": spec["prefetch"]} if "prefetch" in spec else {}))
+    return {"seconds": time.perf_counter() - t0, "jobs": spec["n"]}
+
+
+def child_asyncio(spec):
+    sys.path.insert(0, spec["python"])
+    os.environ["TINYQ_EXT"] = EXT
+    import asyncio
+    import tinyq
+    prefill(spec["path"], "q", spec["n"])
+
+    async def main():
+        q = tinyq.AsyncQueue(spec["path"], "q")
+        left = [spec["n"]]
+
+        async def handler(payload, run):
+            await asyncio.sleep(spec["sleep"])
+            left[0] -= 1
+            if left[0] == 0:
+                q.stop()
+
+        t0 = time.perf_counter()
+        await q.work(handler, concurrency=spec["c"], poll=0.05)
+        seconds = time.perf_counter() - t0
+        await q.close()
+        return seconds
+
+    return {"seconds": asyncio.run(main()), "jobs": spec["n"]}
+
+
+def child_huey(spec):
+    """huey's own consumer (Consumer: thread workers, polling delays 1 ms, no periodic
+    scheduler) over SqliteHuey in WAL with synchronous=NORMAL."""
+    import threading
+    from huey import SqliteHuey
+    from huey.storage import SqliteStorage
+
+    class Storage(SqliteStorage):
+        def _create_connection(self):
+            conn = super()._create_connection()
+            conn.execute("PRAGMA synchronous=NORMAL")
+            return conn
+
+    huey = SqliteHuey("bench", filename=spec["path"], storage_class=Storage)
+    left = [spec["n"]]
+    lock = threading.Lock()
+    finished = threading.Event()
+
+    @huey.task()
+    def job(payload):
+        with lock:
+            left[0] -= 1
+            if left[0] == 0:
+                finished.set()
+
+    storage = huey.storage
+    rows = ((storage.name, storage.to_blob(huey.serialize_task(job.s('{"n": %d}' % i))), 0)
+            for i in range(spec["n"]))
+    with storage.db(commit=True) as curs:
+        curs.executemany("insert into task (queue, data, priority) values (?, ?, ?)", rows)
+    consumer = huey.create_consumer(workers=spec["c"], worker_type="thread", periodic=False,
+                                    initial_delay=0.001, max_delay=0.001, backoff=1.0,
+                                    check_worker_health=False)
+    t0 = time.perf_counter()
+    consumer.start()
+    finished.wait()
+    seconds = time.perf_counter() - t0
+    consumer.stop(graceful=True)
+    return {"seconds": seconds, "jobs": spec["n"]}
+
+
+CHILDREN = {"threads": child_threads, "asyncio": child_asyncio, "huey": child_huey}
+
+
+# --------------------------------------------------------------------------- running
+
+def measure_once(python, spec):
+    """One run of one measurement, in a fresh process and store."""
+    with tempfile.TemporaryDirectory(dir=WORK) as folder:
+        spec = dict(spec, path=os.path.join(folder, "bench.db"))
+        if spec["kind"].startswith("node"):
+            argv = ["node", os.path.join(BENCH, "workers_node.js"), json.dumps(spec)]
+            env = dict(os.environ, NODE_PATH=os.path.join(NODE_DIR, "node_modules"), TINYQ_EXT=EXT)
+        else:
+            argv = [python, os.path.abspath(__file__), "--child", json.dumps(spec)]
+            env = dict(os.environ)
+        out = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=600)
+        if out.returncode != 0:
+            lines = out.stderr.strip().splitlines()
+            errors = [line for line in lines if "Error" in line] or lines or ["exit %d" % out.returncode]
+            return {"error": errors[0].strip()}
+        return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def better(a, b):
+    """The better of two results of one measurement (lower time; a result beats an error)."""
+    if a is None or "error" in a:
+        return b
+    if "error" in b:
+        return a
+    key = "median_ms" if "median_ms" in a else "seconds"
+    return a if a[key] <= b[key] else b
+
+
+def measure_all(plan, repeats):
+    """Every measurement of `plan` [(python, spec, label)] `repeats` times, round-robin, so
+    that the machine's noise falls on all of them alike; the best of each."""
+    best = [None] * len(plan)
+    for r in range(repeats):
+        for i, (python, spec, label) in enumerate(plan):
+            log("%s (round %d/%d)" % (label, r + 1, repeats))
+            best[i] = better(best[i], measure_once(python, spec))
+    return best
+
+
+def rate(result):
+    if result is None or "error" in result:
+        return "n/a (%s)" % result["error"][:90] if result else "n/a"
+    if "median_ms" in result:
+        return "%.2f ms" % result["median_ms"]
+    return "{:,.0f} jobs/s".format(result["jobs"] / result["seconds"])
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--before", help="also measure tinyq's helpers as of this commit")
+    parser.add_argument("--out", default=os.path.join(RESULTS, "workers.md"))
+    parser.add_argument("--child")
+    args = parser.parse_args()
+    if args.child:
+        spec = json.loads(args.child)
+        print(json.dumps(CHILDREN[spec["kind"]](spec)))
+        return
+    size = SIZES["quick" if args.quick else "full"]
+    os.makedirs(WORK, exist_ok=True)
+    venv_py = setup_huey()
+    setup_node()
+    current = {"python": os.path.join(ROOT, "python"), "node": os.path.join(ROOT, "node", "index.js")}
+    versions = [("tinyq", current)]
+    if args.before:
+        before = export_before(args.before)
+        versions.insert(0, ("tinyq %s (before)" % args.before,
+                            {"python": os.path.join(before, "python"),
+                             "node": os.path.join(before, "node", "index.js")}))
+    n, repeats = size["threads"], size["repeats"]
+    table, plan = [], []   # table: (worker, column, index in plan)
+
+    def add(worker, column, python, spec):
+        table.append((worker, column, len(plan)))
+        plan.append((python, spec, "%s, %s" % (worker, column)))
+
+    for label, where in versions:
+        for c in (1, 8):
+            add("%s Python `Queue.work` (threads)" % label, c, PY,
+                dict(kind="threads", python=where["python"], c=c, n=n))
+    for c in (1, 8):
+        add("tinyq Python `Queue.work(prefetch=0)` (threads, never claiming ahead)", c, PY,
+            dict(kind="threads", python=current["python"], c=c, n=n, prefetch=0))
+    for c in (1, 8):
+        add("huey 3.5.4 consumer (SqliteHuey, WAL, thread workers, delays 1 ms)", c, venv_py,
+            dict(kind="huey", c=c, n=n))
+    for label, where in versions:
+        for c in (1, 8):
+            add("%s Node `work`" % label, c, PY, dict(kind="node-tinyq", module=where["node"], c=c, n=size["node"]))
+    for peer in ("liteque", "plainjob"):
+        for c in (1, 8):
+            add(peer, c, PY, dict(kind="node-" + peer, c=c, n=size["node"]))
+    for label, where in versions:
+        add(label, "asyncio", PY, dict(kind="asyncio", python=where["python"], c=1000, sleep=0.2, n=size["asyncio"]))
+        add(label, "wake", PY, dict(kind="node-wake", module=where["node"], n=size["wakes"]))
+    results = measure_all(plan, repeats)
+    rows = [(worker, column, results[i]) for worker, column, i in table]
+    report(args, [r for r in rows if r[1] in (1, 8)], [(w, r) for w, c, r in rows if c == "asyncio"],
+           [(w, r) for w, c, r in rows if c == "wake"])
+
+
+def report(args, rows, asyncio_runs, wakes):
+    lines = ["# Workers: tinyq's helpers beside huey, liteque and plainjob", "",
+             "Written by `bench/workers.py%s%s` on %s (%s, %d cores, Python %s, SQLite via Debian's "
+             "python3). One process, prefilled queue, no-op handler; best of %d rounds, run round-robin." % (
+                 " --quick" if args.quick else "", " --before " + args.before if args.before else "",
+                 time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), platform.machine(),
+                 os.cpu_count(), platform.python_version(), SIZES["quick" if args.quick else "full"]["repeats"]), "",
+             "| worker | 1 thread / c=1 | 8 threads / c=8 |", "|---|---|---|"]
+    names = []
+    for name, _, _ in rows:
+        if name not in names:
+            names.append(name)
+    for name in names:
+        by_c = {c: r for w, c, r in rows if w == name}
+        lines.append("| %s | %s | %s |" % (name, rate(by_c.get(1)), rate(by_c.get(8))))
+    lines += ["", "asyncio: `AsyncQueue.work`, handlers that each `await asyncio.sleep(0.2)`, "
+              "concurrency 1,000, one process (the ideal is 5,000 jobs/s):", ""]
+    for label, result in asyncio_runs:
+        lines.append("- %s: %s" % (label, rate(result)))
+    lines += ["", "Node idle wake-up: median from `tq_add` on another connection to the handler's "
+              "start, the worker idle in between:", ""]
+    for label, result in wakes:
+        extra = "" if not result or "error" in result else " (p90 %.2f ms, max event-loop stall %.1f ms)" % (
+            result["p90_ms"], result["stall_ms"])
+        lines.append("- %s: %s%s" % (label, rate(result), extra))
+    text = "\n".join(lines) + "\n"
+    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+    with open(args.out, "w") as f:
+        f.write(text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,184 @@
+// Types for tinyq's Node helper (index.js). Checked by test/types.test.js with tsc.
+import type { Database as BetterDatabase, Options as DatabaseOptions } from 'better-sqlite3';
+
+/** A duration: integer milliseconds, or text such as '500ms', '30s', '10m', '1.5h', '7d'. */
+export type Duration = number | string;
+/** A time: milliseconds since the Unix epoch, ISO-8601 text, or a Date. */
+export type Time = number | string | Date;
+/** What tq_get and tq_jobs call a job's state. */
+export type JobState = 'scheduled' | 'waiting' | 'running' | 'done' | 'failed';
+
+export interface AddOptions {
+  /** Your id for the job: the same id again adds nothing while it is present (dedupe). */
+  id?: string;
+  delay?: Duration;
+  at?: Time;
+  /** Higher first; default 0. */
+  priority?: number;
+  /** A tenant, a user, an API key: its own limits inside the queue. */
+  group?: string;
+  /** This job's attempt budget. */
+  attempts?: number;
+  /** Kept beside the payload (a correlation id, a tenant, tags); handlers see it as run.meta. */
+  meta?: Record<string, unknown>;
+}
+
+export interface Job<P = unknown, R = unknown> {
+  id: string;
+  queue: string;
+  state: JobState;
+  group: string | null;
+  priority: number;
+  attempt: number;
+  run_at: number | null;
+  lease_until: number | null;
+  worker: string | null;
+  payload: P;
+  meta: Record<string, unknown> | null;
+  result: R | null;
+  error: string | null;
+  progress: unknown;
+  /** How many jobs start before it (only while waiting). */
+  ahead?: number;
+  created_at: number;
+  settled_at: number | null;
+  [key: string]: unknown;
+}
+
+export interface JobEvent {
+  seq: number;
+  id: string;
+  queue: string;
+  state: JobState | 'cancelled' | 'progress';
+  attempt: number | null;
+  at: number;
+  detail: string | null;
+}
+
+export interface QueueSettings {
+  lease?: Duration;
+  timeout?: Duration;
+  attempts?: number;
+  backoff?: Duration;
+  backoff_max?: Duration;
+  concurrency?: number | null;
+  rate?: string | null;
+  group_concurrency?: number | null;
+  group_rate?: string | null;
+  dedupe?: Duration;
+  keep?: Duration;
+  paused?: boolean;
+}
+
+export interface ScheduleOptions {
+  /** An IANA zone such as 'Europe/Paris' (default 'UTC'). */
+  tz?: string;
+  /** After a gap: 'latest' (default) adds one job, 'skip' none, 'all' one per due time. */
+  missed?: 'latest' | 'skip' | 'all';
+  paused?: boolean;
+  priority?: number;
+  group?: string;
+  attempts?: number;
+  meta?: Record<string, unknown>;
+}
+
+export interface Schedule {
+  name: string;
+  queue: string;
+  when: string;
+  tz: string;
+  next_at: number | null;
+  last_at: number | null;
+  last_id: string | null;
+  paused: boolean;
+  [key: string]: unknown;
+}
+
+export interface WorkOptions {
+  /** Handlers running at once (1). */
+  concurrency?: number;
+  /** The worker's name in tq_claim (host:pid). */
+  worker?: string;
+  /** Lease length of this worker's claims (the queue's). */
+  lease?: Duration;
+  /** Longest sleep between claims when idle, in ms (1000). */
+  poll?: number;
+  /** SIGTERM and SIGINT call stop() (false). */
+  handleSignals?: boolean;
+  /** What a thrown error records: 'message' ("Name: message", the default) or 'class' ("Name"). */
+  errors?: 'message' | 'class';
+}
+
+/** Thrown by run.retry / run.snooze / run.fail: the worker settles the job with it. */
+export class Outcome {
+  constructor(outcome: 'retry' | 'snooze' | 'fail' | null, value?: unknown);
+  outcome: 'retry' | 'snooze' | 'fail' | null;
+  value: unknown;
+}
+
+/** The attempt no longer holds its job: thrown by run.step when its answer cannot be kept. */
+export class Cancelled extends Outcome {
+  constructor(reason?: string);
+}
+
+/** What a handler gets besides its payload. */
+export class Run {
+  /** The worker's own connection, for the handler's SQL. */
+  readonly db: BetterDatabase;
+  readonly id: string;
+  readonly attempt: number;
+  readonly group: string | null;
+  leaseUntil: number;
+  readonly deadline: number | null;
+  /** The job's meta (tq_add's `meta` option); {} when it has none. */
+  readonly meta: Record<string, unknown>;
+  /** True once the job was cancelled, timed out, or taken by a later attempt. */
+  cancelled: boolean;
+  /** Aborts when `cancelled` becomes true. */
+  readonly signal: AbortSignal;
+  /** The answer kept under `name` by any attempt; else `await fn()`, kept as JSON. */
+  step<T>(name: string, fn: () => T | Promise<T>): Promise<T>;
+  /** Records progress; false when the job is gone. */
+  progress(value: unknown): boolean;
+  /** Ends this attempt; runs again after `delay` (default: the backoff). Counts. */
+  retry(delay?: Duration): never;
+  /** Ends this attempt; runs again after `delay`. Does not count. */
+  snooze(delay: Duration): never;
+  /** Fails the job for good now, with `reason` as its error. */
+  fail(reason: unknown): never;
+}
+
+export type Handler<P = any, R = unknown> = (payload: P, run: Run) => R | Promise<R>;
+
+/** One named queue in one SQLite file. */
+export class Queue<P = any> {
+  /** A path (the Queue opens its own Database) or a better-sqlite3 Database with tinyq loaded. */
+  constructor(dbOrPath: string | BetterDatabase, name: string);
+  readonly name: string;
+  readonly db: BetterDatabase;
+  readonly path: string | null;
+  add(payload: P, options?: AddOptions): string;
+  get<R = unknown>(id: string): Job<P, R> | null;
+  cancel(id: string): boolean;
+  retry(id: string): boolean;
+  watch(since?: number): JobEvent[];
+  settings(options?: QueueSettings): Record<string, unknown>;
+  /** Creates or replaces the schedule `name`: a cron expression, '@every 10m', '@daily'... */
+  schedule(name: string, when: string, payload: P, options?: ScheduleOptions): Schedule;
+  /** Removes the schedule `name`; false when there was none. */
+  unschedule(name: string): boolean;
+  /** This queue's schedules. */
+  schedules(): Schedule[];
+  /** Runs `handler` for this queue's jobs until stop(); resolves with how many it handled. */
+  work<R = unknown>(handler: Handler<P, R>, options?: WorkOptions): Promise<number>;
+  /** Claims nothing more; resolves once the jobs in flight have settled. */
+  stop(): Promise<number>;
+  close(): void;
+}
+
+/** Where the extension is: $TINYQ_EXT, else tinyq.so next to index.js, else ../dist/tinyq.so. */
+export function extensionPath(): string;
+/** Loads tinyq into a better-sqlite3 Database; returns it. */
+export function load(db: BetterDatabase): BetterDatabase;
+/** A Database with tinyq loaded, WAL, synchronous=NORMAL and a 5 s busy timeout. */
+export function open(file: string, options?: DatabaseOptions): BetterDatabase;

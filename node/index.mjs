@@ -1,0 +1,5 @@
+// `import { Queue } from 'tinyq'` from ESM: the same module as require('tinyq').
+import tinyq from './index.js';
+
+export const { load, open, extensionPath, Queue, Run, Outcome, Cancelled } = tinyq;
+export default tinyq;

@@ -1,0 +1,42 @@
+// Type-checked (never run) by test/types.test.js: what a TypeScript user writes, from ESM.
+import { Queue, open, Outcome, type Run, type Job } from 'tinyq';
+
+interface Reply { messageId: number }
+
+const replies = new Queue<Reply>('app.db', 'replies');
+const id: string = replies.add({ messageId: 41 }, { id: 'reply:41', delay: '10m', meta: { correlation_id: 'r1' } });
+const job: Job<Reply, { sent: boolean }> | null = replies.get(id);
+if (job) {
+  const n: number = job.payload.messageId;
+  const sent: boolean | undefined = job.result?.sent;
+  void n; void sent;
+}
+replies.settings({ lease: '30s', attempts: 5, concurrency: null });
+const handled: Promise<number> = replies.work(async (payload, run: Run) => {
+  const text: string = await run.step('answer', async () => `hello ${payload.messageId}`);
+  const correlation = run.meta.correlation_id;
+  run.progress({ stage: 'sending', correlation });
+  if (run.cancelled) run.snooze('30s');
+  return { sent: text.length > 0 };
+}, { concurrency: 4, handleSignals: true, errors: 'class' });
+void handled;
+const db = open('app.db');
+new Queue(db, 'other').watch(0).forEach((e) => e.state === 'progress');
+const digest = replies.schedule('digest', '0 9 * * mon', { messageId: 0 }, { tz: 'Europe/Paris', missed: 'skip' });
+const next: number | null = digest.next_at;
+void next;
+replies.schedules().map((s) => s.paused);
+// @ts-expect-error: missed is 'latest', 'skip' or 'all'
+replies.schedule('d', '@daily', { messageId: 0 }, { missed: 'sometimes' });
+const o = new Outcome('retry', 1000);
+void o;
+
+// @ts-expect-error: a payload of the wrong shape
+replies.add({ messageId: 'forty-one' });
+// @ts-expect-error: an unknown add option
+replies.add({ messageId: 1 }, { retries: 3 });
+// @ts-expect-error: errors is 'message' or 'class'
+replies.work(async () => {}, { errors: 'stack' });
+// @ts-expect-error: step's answer keeps its type
+const wrong: number = await new Queue<Reply>('app.db', 'q').get('x')!.payload.messageId.toFixed();
+void wrong;

@@ -1,0 +1,37 @@
+'use strict';
+// The idle wake-up of tinyq's Node worker, on a worker_thread with its own connection: each
+// 'arm' message starts a tq_wait (blocking this thread, never the main event loop), and a
+// 'woke' message goes back as soon as a job may be claimable, or when `poll` ms have passed.
+const { parentPort, workerData } = require('worker_threads');
+const Database = require('better-sqlite3');
+
+// tq_wait polls every 1 ms for its first 100 ms, every 3 ms after: slices keep it at 1 ms.
+const SLICE = 90;
+
+const db = new Database(workerData.file);
+db.loadExtension(workerData.extension);
+db.pragma('busy_timeout = 5000');
+const wait = db.prepare('SELECT tq_wait(?, ?)').pluck();
+
+function waitUpTo(ms) {
+  const end = Date.now() + ms;
+  for (;;) {
+    const left = end - Date.now();
+    try {
+      if (wait.get(workerData.queue, BigInt(Math.max(1, Math.min(left, SLICE)))) === 1) return;
+    } catch (err) {
+      if (!/locked|busy/i.test(err.message)) throw err;
+    }
+    if (left <= SLICE) return;
+  }
+}
+
+parentPort.on('message', (message) => {
+  if (message.close) {
+    db.close();
+    parentPort.close();
+    return;
+  }
+  waitUpTo(message.poll);
+  parentPort.postMessage('woke');
+});

@@ -1,0 +1,409 @@
+"""tinyq for asyncio: `AsyncQueue`, whose methods are coroutines and whose `work()` runs
+async handlers, many at once, without ever blocking the event loop.
+
+    replies = tinyq.AsyncQueue("app.db", "replies")
+    await replies.add({"messageId": 41}, id="reply:41")
+
+    async def answer(payload, run):
+        text = await run.step("answer", lambda: model.answer(payload["messageId"]))
+        return {"sent": True}
+
+    await replies.work(answer, concurrency=1000)   # until replies.stop(), SIGTERM or SIGINT
+
+Every SQLite call runs on a thread of its own (one for the queue's methods, one for each
+work()), never on the loop. The loop batches: the handlers that finished since its last
+turn are settled, and the free places filled by one claim, in one transaction. When the
+queue is empty, a third thread sleeps in tq_wait and wakes the loop.
+"""
+from __future__ import annotations
+
+import asyncio
+import inspect
+import json
+import logging
+import os
+import signal
+import socket
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Awaitable, Callable, Dict, List, Optional, Set, Tuple
+
+from ._context import RunBase, current_run, is_busy
+from ._sql import _decode, _encode, _ms, _one, _rows, _wait
+from ._worker import (COLUMNS, claim_sql, outcome_of_exception, renew_all, renew_soon, renewed,
+                      settle_in, transaction)
+
+log = logging.getLogger("tinyq")
+
+__all__ = ["AsyncQueue", "AsyncRun"]
+
+
+class _DbThread:
+    """One thread and one connection, opened on that thread: every call runs there, in
+    order, so the loop never waits for SQLite and no two calls share the connection."""
+
+    def __init__(self, connect: Callable[[], Any], name: str):
+        self._connect = connect
+        self._conn: Any = None
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix=name)
+
+    def _run(self, fn: Callable[..., Any], args: tuple) -> Any:
+        if self._conn is None:
+            self._conn = self._connect()
+        return fn(self._conn, *args)
+
+    async def call(self, fn: Callable[..., Any], *args: Any) -> Any:
+        return await asyncio.get_running_loop().run_in_executor(self._pool, self._run, fn, args)
+
+    async def close(self) -> None:
+        def close(conn: Any) -> None:
+            conn.close()
+            self._conn = None
+        if self._conn is not None:
+            await self.call(close)
+        self._pool.shutdown(wait=False)
+
+
+class AsyncRun(RunBase):
+    """What an async handler gets besides its payload: the attempt and its controls.
+    `step` and `progress` are coroutines; `retry`, `snooze` and `fail` raise as in Run."""
+
+    def __init__(self, db: _DbThread, job: Dict[str, Any]):
+        super().__init__(job)
+        self._db = db
+
+    async def step(self, name: str, fn: Callable[[], Any]) -> Any:
+        """The answer kept under `name` by any attempt; else fn()'s answer (awaited when
+        fn returns an awaitable), kept as JSON."""
+        kept = await self._db.call(_one, "SELECT tq_step_get(?, ?)", self.id, name)
+        if kept is None:
+            value = fn()
+            if inspect.isawaitable(value):
+                value = await value
+            kept = await self._db.call(_one, "SELECT tq_step_put(?, ?, ?, ?)",
+                                       self.id, self.attempt, name, json.dumps(value))
+            if kept is None:
+                self._lost_step(name)
+        return _decode(kept)
+
+    async def progress(self, value: Any) -> bool:
+        """Record progress (text as is, anything else as JSON); False when the job is gone."""
+        ok = bool(await self._db.call(_one, "SELECT tq_progress(?, ?, ?)",
+                                      self.id, self.attempt, _encode(value)))
+        if not ok:
+            self.cancelled = True
+        return ok
+
+
+class _Waiter(threading.Thread):
+    """Sleeps in tq_wait (its own connection) each time it is armed, then calls `woke`
+    on the loop. Never joined: it may sleep up to `poll` after close(); it then closes
+    its connection and ends."""
+
+    def __init__(self, connect: Callable[[], Any], queue: str, poll: float,
+                 loop: asyncio.AbstractEventLoop, woke: Callable[[], None]):
+        super().__init__(name="tinyq-aio-waiter", daemon=True)
+        self._connect, self._queue, self._poll = connect, queue, poll
+        self._loop, self._woke = loop, woke
+        self._armed = threading.Event()
+        self._closed = False
+
+    def arm(self) -> None:
+        self._armed.set()
+
+    def close(self) -> None:
+        self._closed = True
+        self._armed.set()
+
+    def run(self) -> None:
+        conn = self._connect()
+        try:
+            while True:
+                self._armed.wait()
+                if self._closed:
+                    return
+                self._armed.clear()
+                try:
+                    _wait(conn, self._queue, self._poll)
+                except Exception as exc:
+                    if not is_busy(exc):
+                        log.error("tinyq: tq_wait on %r failed: %s", self._queue, exc)
+                    threading.Event().wait(self._poll)
+                if self._closed:
+                    return
+                try:
+                    self._loop.call_soon_threadsafe(self._woke)
+                except RuntimeError:      # the loop is closed
+                    return
+        finally:
+            conn.close()
+
+
+def _settle_and_claim(conn: Any, sql: str, batch: List[Tuple[AsyncRun, str, Any]],
+                      args: Optional[tuple]) -> List[Dict[str, Any]]:
+    """On the work thread: settle every finished run and claim (args given) in one
+    transaction, retried a little when busy. After that the settles are dropped (their
+    leases run out and the jobs run again) and the claim returns nothing."""
+    def body() -> List[Dict[str, Any]]:
+        for run, outcome, value in batch:
+            settle_in(conn, run, outcome, value)
+        return [] if args is None else [dict(zip(COLUMNS + ("meta",), row)) for row in _rows(conn, sql, *args)]
+
+    for attempt in range(3):
+        try:
+            return transaction(conn, body)
+        except Exception as exc:
+            if not is_busy(exc):
+                raise
+            if attempt == 2:
+                log.error("tinyq: settling %d jobs / claiming failed: %s", len(batch), exc)
+    return []
+
+
+class _AsyncWork:
+    """One `await q.work(...)`: its loop, tasks, heartbeat and waiter."""
+
+    def __init__(self, queue: "AsyncQueue", handler: Callable[[Any, AsyncRun], Awaitable[Any]],
+                 concurrency: int, worker: Optional[str], poll: float, lease: Any, errors: str):
+        self.queue = queue
+        self.handler = handler
+        self.concurrency = concurrency
+        self.worker = worker or "%s:%d" % (socket.gethostname(), os.getpid())
+        self.poll = poll
+        self.errors = errors
+        self.lease_options = None if lease is None else json.dumps({"lease": _ms(lease)})
+        self.db = _DbThread(queue._connect, "tinyq-aio-work")
+        self.tasks: Set[asyncio.Task] = set()
+        self.runs: Dict[AsyncRun, float] = {}        # running job -> monotonic time of its renewal
+        self.finished: List[Tuple[AsyncRun, str, Any]] = []
+        self.may_claim = True
+        self.event = asyncio.Event()
+        self.handled = 0
+
+    def wake(self) -> None:
+        self.event.set()
+
+    def woke(self) -> None:            # the waiter's tq_wait returned
+        self.may_claim = True
+        self.event.set()
+
+    async def run(self) -> int:
+        loop = asyncio.get_running_loop()
+        sql = await self.db.call(claim_sql, self.lease_options)
+        waiter = _Waiter(self.queue._connect, self.queue.name, self.poll, loop, self.woke)
+        waiter.start()
+        heartbeat = asyncio.ensure_future(self.heartbeat())
+        restore = self.on_signals(loop)
+        try:
+            while True:
+                self.event.clear()
+                stopping = self.queue._stopping
+                free = 0 if stopping else self.concurrency - len(self.tasks)
+                want = free if self.may_claim else 0
+                if self.finished or want > 0:
+                    batch, self.finished = self.finished, []
+                    args = None if want == 0 else (self.queue.name, self.worker, want) + (
+                        () if self.lease_options is None else (self.lease_options,))
+                    jobs = await self.db.call(_settle_and_claim, sql, batch, args)
+                    for job in jobs:
+                        self.start(job)
+                    if want and len(jobs) < want:
+                        self.may_claim = False
+                        waiter.arm()
+                    continue
+                if stopping and not self.tasks:
+                    break
+                await self.event.wait()
+        finally:
+            restore()
+            self.queue._stopping = True
+            waiter.close()
+            if self.tasks:             # claim nothing more; wait for the work in flight
+                await asyncio.gather(*self.tasks, return_exceptions=True)
+            if self.finished:
+                await self.db.call(_settle_and_claim, sql, self.finished, None)
+            heartbeat.cancel()
+            await asyncio.gather(heartbeat, return_exceptions=True)
+            await self.db.close()
+            self.queue._work = None
+            self.queue._stopping = False
+        return self.handled
+
+    def start(self, job: Dict[str, Any]) -> None:
+        self.handled += 1
+        task = asyncio.ensure_future(self.run_job(job))
+        self.tasks.add(task)
+        task.add_done_callback(self.job_ended)
+
+    def job_ended(self, task: asyncio.Task) -> None:
+        self.tasks.discard(task)
+        self.event.set()
+
+    async def run_job(self, job: Dict[str, Any]) -> None:
+        """One job, in its own task (so its own context: current_run is this run)."""
+        run = AsyncRun(self.db, job)
+        current_run.set(run)
+        run._renew_every = max(run.lease_until - time.time() * 1000, 100) / 2000.0
+        self.runs[run] = time.monotonic() + run._renew_every
+        try:
+            try:
+                result = await self.handler(_decode(job["payload"]), run)
+                outcome, value = "done", (None if result is None else _encode(result))
+            except BaseException as exc:
+                outcome, value = outcome_of_exception(exc, self.errors)
+        finally:
+            self.runs.pop(run, None)
+        if outcome is not None and not run.cancelled:
+            self.finished.append((run, outcome, value))
+
+    async def heartbeat(self) -> None:
+        """When the earliest running job is at half its lease, renew every running job, in
+        one statement of one transaction."""
+        while True:
+            now = time.monotonic()
+            due = min(self.runs.values(), default=now + 0.1)
+            await asyncio.sleep(max(due - now, 0.001))
+            if not any(at <= time.monotonic() for at in self.runs.values()):
+                continue
+            runs = list(self.runs)
+            try:
+                leases = await self.db.call(renew_all, json.dumps([[r.id, r.attempt] for r in runs]))
+            except Exception as exc:
+                if not is_busy(exc):
+                    raise
+                log.warning("tinyq: renewing %d leases failed: %s", len(runs), exc)
+                renew_soon(self.runs, runs, 0.25)
+                continue
+            renewed(self.runs, runs, leases)
+
+    def on_signals(self, loop: asyncio.AbstractEventLoop) -> Callable[[], None]:
+        """SIGTERM and SIGINT call stop() while work() runs (main thread only); the
+        previous handlers come back afterwards."""
+        if threading.current_thread() is not threading.main_thread():
+            return lambda: None
+        previous = {}
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            try:
+                old = signal.getsignal(sig)
+                loop.add_signal_handler(sig, self.on_signal, sig)
+                previous[sig] = old
+            except (NotImplementedError, RuntimeError, ValueError):
+                pass
+
+        def restore() -> None:
+            for sig, old in previous.items():
+                loop.remove_signal_handler(sig)
+                signal.signal(sig, old if old is not None else signal.SIG_DFL)
+        return restore
+
+    def on_signal(self, signum: int) -> None:
+        log.info("tinyq: signal %s: finishing the work in flight", signum)
+        self.queue.stop()
+
+
+class AsyncQueue:
+    """One named queue in one SQLite file, for asyncio. Its methods are coroutines whose
+    SQL runs on a thread of the queue's own (with its own connection)."""
+
+    def __init__(self, path: "str | os.PathLike[str]", name: str, busy_timeout: float = 5.0):
+        from . import open as open_conn
+        self.path = os.fspath(path)
+        self.name = name
+        self._connect = lambda: open_conn(self.path, busy_timeout)
+        self._sync: Any = None
+        self._db = _DbThread(self._connect, "tinyq-aio")
+        self._stopping = False
+        self._work: Optional[_AsyncWork] = None
+        self._loop: Optional[asyncio.AbstractEventLoop] = None
+
+    async def _q(self, method: str, *args: Any, **kw: Any) -> Any:
+        """A Queue method, run on the queue's thread over its connection."""
+        from . import Queue
+
+        def call(conn: Any) -> Any:
+            if self._sync is None:
+                self._sync = Queue(conn, self.name)
+            return getattr(self._sync, method)(*args, **kw)
+        return await self._db.call(call)
+
+    async def add(self, payload: Any, id: Optional[str] = None, delay: Any = None, at: Any = None,
+                  group: Optional[str] = None, priority: Optional[int] = None,
+                  attempts: Optional[int] = None, meta: Optional[Dict[str, Any]] = None) -> str:
+        """Add a job; returns its id (as Queue.add)."""
+        return await self._q("add", payload, id=id, delay=delay, at=at, group=group,
+                             priority=priority, attempts=attempts, meta=meta)
+
+    async def get(self, id: str) -> Optional[Dict[str, Any]]:
+        return await self._q("get", id)
+
+    async def cancel(self, id: str) -> bool:
+        return await self._q("cancel", id)
+
+    async def retry(self, id: str) -> bool:
+        return await self._q("retry", id)
+
+    async def watch(self, since: int = 0) -> List[Dict[str, Any]]:
+        return await self._q("watch", since)
+
+    async def settings(self, **settings: Any) -> Optional[Dict[str, Any]]:
+        return await self._q("settings", **settings)
+
+    async def schedule(self, name: str, when: str, payload: Any, **options: Any) -> Dict[str, Any]:
+        """Create or replace the schedule `name` of this queue (as Queue.schedule)."""
+        return await self._q("schedule", name, when, payload, **options)
+
+    async def unschedule(self, name: str) -> bool:
+        return await self._q("unschedule", name)
+
+    async def schedules(self) -> List[Dict[str, Any]]:
+        return await self._q("schedules")
+
+    async def work(self, handler: Callable[[Any, AsyncRun], Awaitable[Any]], concurrency: int = 1,
+                   worker: Optional[str] = None, poll: float = 1.0, lease: Any = None,
+                   errors: str = "message") -> int:
+        """Run `await handler(payload, run)` for this queue's jobs, up to `concurrency` at
+        once, until stop(), SIGTERM or SIGINT; then claim nothing more and return (how many
+        jobs it claimed) once every job in flight has finished and settled."""
+        if concurrency < 1:
+            raise ValueError("concurrency must be at least 1")
+        if errors not in ("message", "class"):
+            raise ValueError("errors must be 'message' or 'class', not %r" % (errors,))
+        if self._work is not None:
+            raise RuntimeError("this AsyncQueue is already working")
+        self._loop = asyncio.get_running_loop()
+        self._work = _AsyncWork(self, handler, concurrency, worker, poll, lease, errors)
+        return await self._work.run()
+
+    def stop(self) -> None:
+        """Ask work() to claim nothing more and return once the work in flight is done.
+        Callable from any thread."""
+        self._stopping = True
+        work, loop = self._work, self._loop
+        if work is not None and loop is not None:
+            try:
+                if loop is _running_loop():
+                    work.wake()
+                else:
+                    loop.call_soon_threadsafe(work.wake)
+            except RuntimeError:
+                pass
+
+    async def close(self) -> None:
+        await self._db.close()
+
+    async def __aenter__(self) -> "AsyncQueue":
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.close()
+
+    def __repr__(self) -> str:
+        return "AsyncQueue(%r, %r)" % (self.path, self.name)
+
+
+def _running_loop() -> Optional[asyncio.AbstractEventLoop]:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None

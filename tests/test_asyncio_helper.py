@@ -1,0 +1,270 @@
+"""tinyq.AsyncQueue: coroutine methods, `await q.work(async_handler)`, and what it promises
+(never blocking the event loop, context per job, shutdown with jobs in flight in a real
+process)."""
+import asyncio
+import logging
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from conftest import EXT, ROOT
+
+sys.path.insert(0, os.path.join(ROOT, "python"))
+import tinyq  # noqa: E402
+
+PY = "/usr/bin/python3"
+
+
+def run(coro):
+    return asyncio.run(asyncio.wait_for(coro, 60))
+
+
+async def until(predicate, timeout=10.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if await predicate():
+            return
+        await asyncio.sleep(0.02)
+    raise AssertionError("timed out waiting for %s" % predicate)
+
+
+async def states(q, ids):
+    return [(await q.get(i) or {}).get("state") for i in ids]
+
+
+def test_methods_are_coroutines_over_the_queue(db_path):
+    async def main():
+        async with tinyq.AsyncQueue(db_path, "q") as q:
+            assert (await q.settings(attempts=1))["attempts"] == 1
+            assert await q.add({"n": 1}, id="a", meta={"correlation_id": "c1"}) == "a"
+            assert await q.add({"n": 2}, id="a") == "a"                  # dedupe
+            job = await q.get("a")
+            assert job["payload"] == {"n": 1} and job["meta"] == {"correlation_id": "c1"}
+            assert await q.cancel("a") is True and await q.cancel("a") is False
+            assert await q.get("a") is None
+            assert [e["state"] for e in await q.watch()] == ["waiting", "cancelled"]
+            assert await q.retry("nope") is False
+    run(main())
+
+
+def test_work_settles_every_outcome_and_keeps_steps(db_path):
+    async def main():
+        q = tinyq.AsyncQueue(db_path, "q")
+        for name in ("done", "awaitable-step", "error", "class", "retry", "snooze", "fail"):
+            await q.add(name, id=name, attempts=1)
+        calls = []
+
+        async def slow_answer():
+            await asyncio.sleep(0.01)
+            return {"text": "hi"}
+
+        async def handler(payload, run):
+            assert isinstance(run, tinyq.AsyncRun)
+            if payload == "done":
+                assert await run.progress({"pct": 50}) is True
+                return {"sync": await run.step("s", lambda: calls.append(1) or 41)}
+            if payload == "awaitable-step":
+                return await run.step("answer", slow_answer)
+            if payload in ("error", "class"):
+                raise KeyError("secret-%s" % payload)
+            getattr(run, payload)("1h" if payload != "fail" else "no such customer")
+
+        worker = asyncio.ensure_future(q.work(handler, concurrency=4, poll=0.2))
+        await until(lambda: _none_left(q))
+        q.stop()
+        assert await worker == 7
+        jobs = {i: await q.get(i) for i in ("done", "awaitable-step", "error", "retry", "snooze", "fail")}
+        assert jobs["done"]["result"] == {"sync": 41} and jobs["done"]["progress"] == {"pct": 50}
+        assert jobs["awaitable-step"]["result"] == {"text": "hi"}
+        assert jobs["error"]["state"] == "failed" and jobs["error"]["error"] == "KeyError: 'secret-error'"
+        assert jobs["retry"]["state"] == "failed"                    # retry counts: budget 1
+        assert jobs["snooze"]["state"] == "scheduled"                # snooze does not
+        assert jobs["fail"]["error"] == "no such customer"
+        await q.close()
+    run(main())
+
+
+async def _none_left(q):
+    return all(s in ("done", "failed", "scheduled")
+               for s in await states(q, ("done", "awaitable-step", "error", "class", "retry", "snooze", "fail")))
+
+
+def test_errors_class_and_log_context_per_task(db_path, caplog):
+    caplog.handler.addFilter(tinyq.JobContextFilter())
+    logger = logging.getLogger("test_aio_ctx")
+
+    async def main():
+        q = tinyq.AsyncQueue(db_path, "q")
+        for i in range(4):
+            await q.add({"i": i}, id="j%d" % i, attempts=1, meta={"correlation_id": "req-%d" % i})
+        await q.add({"i": 9}, id="secret", attempts=1)
+
+        async def handler(payload, run):
+            await asyncio.sleep(0.05 * (4 - payload["i"] % 5))   # interleave the tasks
+            logger.warning("job %s", payload["i"])
+            assert tinyq.current_run.get() is run and run.meta.get("correlation_id") == run.correlation_id
+            if payload["i"] == 9:
+                raise RuntimeError("token abc in the provider's message")
+
+        worker = asyncio.ensure_future(q.work(handler, concurrency=5, poll=0.2, errors="class"))
+        await until(lambda: _all(q, ["j0", "j1", "j2", "j3", "secret"], ("done", "failed")))
+        q.stop()
+        await worker
+        assert (await q.get("secret"))["error"] == "RuntimeError"
+        await q.close()
+
+    with caplog.at_level(logging.WARNING, logger="test_aio_ctx"):
+        run(main())
+    tagged = {(r.getMessage(), r.job_id, r.correlation_id) for r in caplog.records if r.name == "test_aio_ctx"}
+    assert tagged == {("job %d" % i, "j%d" % i, "req-%d" % i) for i in range(4)} | {("job 9", "secret", None)}
+
+
+async def _all(q, ids, wanted):
+    return all(s in wanted for s in await states(q, ids))
+
+
+def test_work_never_blocks_the_event_loop(db_path):
+    """An idle worker sleeps in tq_wait (poll 2 s) on a thread of its own, and claims and
+    settles off the loop: a ticker on the loop never misses its beat for long."""
+    async def main():
+        q = tinyq.AsyncQueue(db_path, "q")
+        gaps = []
+
+        async def ticker():
+            last = time.monotonic()
+            while True:
+                await asyncio.sleep(0.01)
+                now = time.monotonic()
+                gaps.append(now - last)
+                last = now
+
+        async def handler(payload, run):
+            await asyncio.sleep(0.01)
+
+        tick = asyncio.ensure_future(ticker())
+        worker = asyncio.ensure_future(q.work(handler, concurrency=50, poll=2.0))
+        await asyncio.sleep(1.0)                         # idle: asleep in tq_wait
+        t0 = time.monotonic()
+        ids = [await q.add({"i": i}) for i in range(200)]
+        await until(lambda: _all(q, ids, ("done",)))
+        woke_and_drained = time.monotonic() - t0
+        q.stop()
+        await worker
+        tick.cancel()
+        await q.close()
+        return max(gaps), woke_and_drained
+
+    longest, drained = run(main())
+    assert longest < 0.5, "the event loop stalled for %.2f s" % longest
+    assert drained < 1.9, "the add did not wake the idle worker before its 2 s poll"
+
+
+def test_cancel_reaches_the_run_and_nothing_is_settled(db_path):
+    async def main():
+        q = tinyq.AsyncQueue(db_path, "q")
+        await q.settings(lease="1s")
+        await q.add({}, id="c")
+        seen = []
+
+        async def handler(payload, run):
+            deadline = time.monotonic() + 5
+            while not run.cancelled and time.monotonic() < deadline:
+                await asyncio.sleep(0.05)
+            seen.append(run.cancelled)
+            return "must not be recorded"
+
+        worker = asyncio.ensure_future(q.work(handler, poll=0.2))
+        await until(lambda: _all(q, ["c"], ("running",)))
+        assert await q.cancel("c") is True
+        await until(lambda: _true(seen))
+        q.stop()
+        await worker
+        assert seen == [True]
+        assert "done" not in [e["state"] for e in await q.watch()]
+        await q.close()
+    run(main())
+
+
+async def _true(seen):
+    return bool(seen)
+
+
+def test_renewals_keep_long_handlers_leases(db_path):
+    async def main():
+        q = tinyq.AsyncQueue(db_path, "q")
+        await q.settings(lease="1s")
+        ids = [await q.add({}) for _ in range(3)]
+
+        async def handler(payload, run):
+            await asyncio.sleep(2.5)
+            return "still mine"
+
+        worker = asyncio.ensure_future(q.work(handler, concurrency=3, poll=0.2))
+        await until(lambda: _all(q, ids, ("done",)), timeout=15)
+        q.stop()
+        await worker
+        assert [(await q.get(i))["attempt"] for i in ids] == [1, 1, 1]
+        await q.close()
+    run(main())
+
+
+def test_sigterm_with_jobs_in_flight_settles_them_all_and_claims_nothing_more(db_path):
+    """A real process: 20 jobs, concurrency 5, SIGTERM once 5 are running. The 5 finish and
+    settle before the process exits 0; the other 15 were never claimed."""
+    async def fill():
+        async with tinyq.AsyncQueue(db_path, "q") as q:
+            return [await q.add({"i": i}, id="j%02d" % i, priority=100 - i) for i in range(20)]
+    ids = run(fill())
+    code = textwrap.dedent("""
+        import asyncio, sys, tinyq
+        async def main():
+            q = tinyq.AsyncQueue(sys.argv[1], "q")
+            async def handler(payload, run):
+                await run.progress("started")
+                await asyncio.sleep(1.5)
+                return "finished"
+            print("handled", await q.work(handler, concurrency=5, poll=0.2), flush=True)
+            await q.close()
+        asyncio.run(main())
+    """)
+    env = dict(os.environ, TINYQ_EXT=EXT, PYTHONPATH=os.path.join(ROOT, "python"))
+    proc = subprocess.Popen([PY, "-c", code, db_path], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=env)
+    try:
+        async def started():
+            async with tinyq.AsyncQueue(db_path, "q") as q:
+                await until(lambda: _progress(q, ids[:5]), timeout=15)
+        run(started())
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, err
+    assert "handled 5" in out
+
+    async def check():
+        async with tinyq.AsyncQueue(db_path, "q") as q:
+            return [await q.get(i) for i in ids]
+    jobs = run(check())
+    assert [(j["state"], j["result"]) for j in jobs[:5]] == [("done", "finished")] * 5
+    assert [(j["state"], j["attempt"]) for j in jobs[5:]] == [("waiting", 0)] * 15
+
+
+async def _progress(q, ids):
+    return all([(await q.get(i))["progress"] == "started" for i in ids])
+
+
+def test_bad_arguments_are_refused(db_path):
+    async def main():
+        q = tinyq.AsyncQueue(db_path, "q")
+        with pytest.raises(ValueError, match="concurrency"):
+            await q.work(None, concurrency=0)
+        with pytest.raises(ValueError, match="errors"):
+            await q.work(None, errors="all")
+        await q.close()
+    run(main())
