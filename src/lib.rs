@@ -5,7 +5,9 @@
 pub mod ffi;
 pub mod claim;
 pub mod conn;
+pub mod counts;
 pub mod func;
+pub mod groups;
 pub mod holders;
 pub mod jobs;
 pub mod options;
@@ -13,6 +15,7 @@ pub mod queues;
 pub mod random;
 pub mod schema;
 pub mod settle;
+pub mod stats;
 pub mod steps;
 pub mod stmt;
 pub mod sweep;

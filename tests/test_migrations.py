@@ -10,6 +10,7 @@ import sqlite3
 from conftest import ROOT, claim, connect, get, one
 
 NOW = 1_900_000_000_000
+CURRENT = 4  # the schema version this build creates
 DAY = 86_400_000
 
 
@@ -49,8 +50,8 @@ def test_v1_store_migrates_to_current_on_first_write_keeping_jobs(tmp_path):
     db = connect(path)
     one(db, "SELECT tq_clock(?)", NOW)
     assert one(db, "SELECT tq_add('other', '{}')") is not None  # the first write migrates
-    assert one(db, "SELECT value FROM tinyq_meta WHERE key = 'schema_version'") == 2
-    assert "schema 2" in one(db, "SELECT tq_debug()")
+    assert one(db, "SELECT value FROM tinyq_meta WHERE key = 'schema_version'") == CURRENT
+    assert f"schema {CURRENT}" in one(db, "SELECT tq_debug()")
     indexes = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'tinyq_jobs'")}
     assert "tinyq_jobs_held" in indexes and "tinyq_jobs_running" not in indexes and "tinyq_jobs_settled" not in indexes
     triggers = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'")}
@@ -124,10 +125,39 @@ def test_upgrade_inside_a_trigger_fails_clearly_then_runs_outside(tmp_path):
         db.execute("INSERT INTO orders VALUES (1)")
         raise AssertionError("the insert should fail")
     except sqlite3.OperationalError as e:
-        assert str(e).startswith("tq_add: this store has schema version 1 and needs an upgrade to 2"), e
+        assert str(e).startswith(f"tq_add: this store has schema version 1 and needs an upgrade to {CURRENT}"), e
     assert one(db, "SELECT count(*) FROM orders") == 0
     assert one(db, "SELECT value FROM tinyq_meta WHERE key = 'schema_version'") == 1
     one(db, "SELECT tq_sweep()")  # outside a trigger: upgrades
     db.execute("INSERT INTO orders VALUES (2)")
     assert one(db, "SELECT count(*) FROM tinyq_jobs WHERE queue = 'ship'") == 1
+    db.close()
+
+
+def test_migrated_store_counts_its_jobs_and_limits_its_groups(tmp_path):
+    """Schema 4 keeps counters (tq_stats, limits) and sets aside the jobs of full groups:
+    a migrated store's counters start from its rows, and its first claim sets its groups up."""
+    path = str(tmp_path / "old.db")
+    v1_store(path)
+    db = sqlite3.connect(path, isolation_level=None)
+    for i in range(5):
+        db.execute(
+            "INSERT INTO tinyq_jobs (id, queue, status, grp, run_at, payload, created_at, changed_at)"
+            " VALUES (?, 'g', 'queued', ?, ?, '{}', ?, ?)", (f"g-{i}", "a" if i < 3 else "b", NOW - DAY + i,
+                                                               NOW - DAY, NOW - DAY))
+    db.execute("UPDATE tinyq_queues SET group_concurrency = 1 WHERE name = 'g'")
+    db.close()
+    db = connect(path)
+    one(db, "SELECT tq_clock(?)", NOW)
+    stats = db.execute("SELECT waiting, running, done, failed FROM tq_stats('q')").fetchone()
+    assert stats is None  # a reader sees no store before the first write migrates it
+    one(db, "SELECT tq_add('other', '{}')")
+    assert db.execute("SELECT waiting, running, done, failed FROM tq_stats('q')").fetchone() == (1, 1, 1, 1)
+    assert db.execute("SELECT waiting FROM tq_stats('g')").fetchone() == (5,)
+    got = [r["id"] for r in claim(db, "g", "w", 10)]
+    assert got == ["g-0", "g-3"]  # one per group (group_concurrency 1), in order
+    assert claim(db, "g", "w", 10) == []
+    assert one(db, "SELECT tq_settle('g-0', 1, 'done')") == 1
+    assert [r["id"] for r in claim(db, "g", "w", 10)] == ["g-1"]
+    assert db.execute("SELECT waiting, running, done FROM tq_stats('g')").fetchone() == (2, 2, 1)
     db.close()
