@@ -10,7 +10,7 @@ use crate::groups::{self, Place};
 use crate::options::{self, Options};
 use crate::queues::{self, Settings};
 use crate::settle::{self, Held, Outcome};
-use crate::{holders, sweep, wal};
+use crate::{holders, schedules, sweep, wal};
 
 /// Most jobs one claim may take.
 pub const MAX_BATCH: i64 = 1000;
@@ -28,6 +28,7 @@ pub struct Claimed {
     pub group: Option<String>,
     pub lease_until: i64,
     pub deadline: i64,
+    pub meta: Val,
 }
 
 /// The checked arguments of tq_claim(queue, worker, n [, options]).
@@ -59,6 +60,7 @@ pub fn run(conn: &Conn, req: &Request) -> Result<Vec<Claimed>> {
     wal::before_claim(conn);
     conn.write_tx(|| {
         let now = conn.now();
+        schedules::add_due(conn, queue, now)?; // CRON-01: due times become jobs first
         let q = queues::load(conn, queue)?;
         let look = Pending::probe(conn, &q, now)?;
         if look.other_holders {
@@ -166,6 +168,7 @@ pub struct Picked {
     attempt: i64,
     payload: Val,
     group: Option<String>,
+    meta: Val,
 }
 
 /// The due jobs to take, in order (JOB-01), within every limit. The walk sees only jobs
@@ -184,7 +187,7 @@ pub fn plan(conn: &Conn, q: &Settings, used: &Counts, now: i64, n: i64) -> Resul
     let mut followers: Vec<(Place, String)> = vec![];
     let mut st = conn.query(
         // seq, grp and the place come from the index; the row itself is read only when picked.
-        "SELECT seq, grp, priority, run_at, id, attempt, payload FROM tinyq_jobs WHERE status = 'queued' AND queue = ?1 AND parked = 0 AND run_at <= ?2
+        "SELECT seq, grp, priority, run_at, id, attempt, payload, meta FROM tinyq_jobs WHERE status = 'queued' AND queue = ?1 AND parked = 0 AND run_at <= ?2
          ORDER BY priority DESC, run_at, seq",
         &[&q.name, &now],
     )?;
@@ -200,6 +203,7 @@ pub fn plan(conn: &Conn, q: &Settings, used: &Counts, now: i64, n: i64) -> Resul
                     attempt: st.int(5),
                     payload: st.val(6),
                     group: group.clone(),
+                    meta: st.val(7),
                 };
                 walk = Some((Place::new(st.int(2), st.int(3), seq), group, row));
             } else {
@@ -250,9 +254,16 @@ pub fn plan(conn: &Conn, q: &Settings, used: &Counts, now: i64, n: i64) -> Resul
 }
 
 fn read_picked(conn: &Conn, seq: i64, group: Option<String>) -> Result<Picked> {
-    let mut st = conn.query("SELECT id, attempt, payload FROM tinyq_jobs WHERE seq = ?1", &[&seq])?;
+    let mut st = conn.query("SELECT id, attempt, payload, meta FROM tinyq_jobs WHERE seq = ?1", &[&seq])?;
     st.step()?;
-    Ok(Picked { seq, id: st.text(0).unwrap_or_default(), attempt: st.int(1), payload: st.val(2), group })
+    Ok(Picked {
+        seq,
+        id: st.text(0).unwrap_or_default(),
+        attempt: st.int(1),
+        payload: st.val(2),
+        group,
+        meta: st.val(3),
+    })
 }
 
 /// The UPDATE that leases jobs: ?2 lease_until, ?3 deadline, ?4 now, ?5 worker, ?6 holder.
@@ -300,6 +311,7 @@ fn take(conn: &Conn, q: &Settings, picked: Vec<Picked>, worker: &str, lease: i64
             group: job.group,
             lease_until,
             deadline,
+            meta: job.meta,
         });
     }
     Ok(out)
