@@ -7,6 +7,8 @@ these tests cannot flake. Each case is built at 1,000 and at 100,000 jobs and th
 calls are measured on both; the bigger store may cost a few more steps (a deeper b-tree:
 the logarithmic factor the rule allows), never more than SMALL_FACTOR times.
 """
+import json
+
 import pytest
 
 from conftest import connect, one
@@ -135,3 +137,98 @@ def test_COST_01_work_does_not_grow_from_1k_to_100k(tmp_path, case):
     # No full scan and no sort appears at scale that was not there at 1,000 already.
     assert scan_big <= scan_small * SMALL_FACTOR + 10, (case, costs)
     assert sort_big <= sort_small, (case, costs)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_COST_01_set_aside_groups_still_claim_in_order_within_every_limit(tmp_path, seed):
+    """The claim walks only the heads of groups with room; what it takes must be exactly
+    what a walk over every waiting job would take (JOB-01 order, LIM-01, LIM-02), through
+    adds, claims, every outcome, cancels, the clock moving and limits changing."""
+    import random
+    rnd = random.Random(seed)
+    db = store(tmp_path, f"model{seed}")
+    now = NOW
+    settings = {}
+    starts = []  # (group, at) of every claim, for the model's rate windows
+    # One group rate per run: without a rate, tinyq may trim its log of starts at any claim.
+    group_rate = rnd.choice(["2/5s", "3/2s", None])
+
+    def set_limits():
+        nonlocal settings
+        settings = {"group_concurrency": rnd.choice([1, 2, 3, None]), "group_rate": group_rate,
+                    "concurrency": rnd.choice([4, 6, None]), "lease": "1h", "backoff": "1s"}
+        one(db, "SELECT tq_queue('m', ?)", json.dumps(settings))
+
+    def window(rate):
+        n, ms = rate.split("/")
+        return int(n), {"5s": 5000, "2s": 2000}[ms]
+
+    def expected(n):
+        waiting = db.execute(
+            "SELECT j.id, j.grp FROM tq_jobs t JOIN tinyq_jobs j ON j.id = t.id"
+            " WHERE t.queue = 'm' AND t.state = 'waiting' ORDER BY j.priority DESC, j.run_at, j.seq").fetchall()
+        running = db.execute("SELECT group_key FROM tq_jobs WHERE queue = 'm' AND state = 'running'").fetchall()
+        per_group = {}
+        for (g,) in running:
+            per_group[g] = per_group.get(g, 0) + 1
+        room = n if settings["concurrency"] is None else min(n, settings["concurrency"] - len(running))
+        recent = {}
+        if settings["group_rate"]:
+            limit, ms = window(settings["group_rate"])
+            for g, at in starts:
+                if at > now - ms and g is not None:
+                    recent[g] = recent.get(g, 0) + 1
+        out = []
+        for jid, g in waiting:
+            if len(out) >= room:
+                break
+            if g is not None:
+                if settings["group_concurrency"] is not None and per_group.get(g, 0) >= settings["group_concurrency"]:
+                    continue
+                if settings["group_rate"] and recent.get(g, 0) >= window(settings["group_rate"])[0]:
+                    continue
+                per_group[g] = per_group.get(g, 0) + 1
+                recent[g] = recent.get(g, 0) + 1
+            out.append(jid)
+        return out
+
+    set_limits()
+    for step in range(400):
+        op = rnd.random()
+        if op < 0.4:
+            opts = {"priority": rnd.choice([-1, 0, 0, 1])}
+            group = rnd.choice(["a", "b", "c", "d", None])
+            if group:
+                opts["group"] = group
+            if rnd.random() < 0.2:
+                opts["delay"] = rnd.choice([500, 3000])
+            one(db, "SELECT tq_add('m', '{}', ?)", json.dumps(opts))
+        elif op < 0.7:
+            n = rnd.randint(1, 4)
+            want = expected(n)
+            got = [r[0] for r in db.execute("SELECT id, group_key FROM tq_claim('m', 'w', ?)", (n,)).fetchall()]
+            assert got == want, (seed, step, settings)
+            for jid in got:  # tinyq logs starts only while a rate is set
+                if settings["group_rate"]:
+                    starts.append((one(db, "SELECT tq_get(?) ->> 'group'", jid), now))
+        elif op < 0.85:
+            row = db.execute("SELECT id, attempt FROM tq_jobs WHERE queue = 'm' AND state = 'running'"
+                             " ORDER BY random() LIMIT 1").fetchone()
+            if row:
+                outcome, value = rnd.choice([("done", None), ("error", "boom"), ("retry", "0ms"),
+                                             ("snooze", "1s"), ("fail", "no")])
+                assert one(db, "SELECT tq_settle(?, ?, ?, ?)", row[0], row[1], outcome, value) == 1
+        elif op < 0.92:
+            row = db.execute("SELECT id FROM tq_jobs WHERE queue = 'm' AND (state = 'waiting' OR state = 'running')"
+                             " ORDER BY random() LIMIT 1").fetchone()
+            if row:
+                assert one(db, "SELECT tq_cancel(?)", row[0]) == 1
+        elif op < 0.98:
+            now += rnd.choice([300, 1000, 2500])
+            one(db, "SELECT tq_clock(?)", now)
+        else:
+            set_limits()
+        stats = db.execute("SELECT waiting, running FROM tq_stats('m')").fetchone()
+        assert stats == (one(db, "SELECT count(*) FROM tq_jobs WHERE queue = 'm' AND state = 'waiting'"),
+                         one(db, "SELECT count(*) FROM tq_jobs WHERE queue = 'm' AND state = 'running'"))
+    db.close()
