@@ -67,14 +67,17 @@ test-cluster: $(EXT)
 	$(PY) tests/cluster/run_cluster.py
 
 # tinyq beside a hand-written SQL queue and the peers (honker, litequeue, persist-queue,
-# huey; set up under bench/work/ on first run): bench/results/latest.md and peers.md.
+# huey; set up under bench/work/ on first run): bench/results/latest.md and peers.md; then
+# the cost of one call as the store grows (COST-01): bench/results/scale.md and scale.png.
 bench: $(EXT)
 	$(PY) bench/lifecycle.py
 	$(PY) bench/peers.py
+	$(PY) bench/scale.py
 
 bench-quick: $(EXT)
 	$(PY) bench/lifecycle.py --quick
 	$(PY) bench/peers.py --quick
+	$(PY) bench/scale.py --quick
 
 PREFIX ?= /usr/local
 LIBDIR ?= $(PREFIX)/lib
