@@ -144,13 +144,13 @@ CREATE TRIGGER tinyq_jobs_added AFTER INSERT ON tinyq_jobs BEGIN
           CASE NEW.status WHEN 'queued' THEN 'waiting' ELSE NEW.status END,
           NEW.attempt, NEW.changed_at, NEW.note);
   INSERT OR IGNORE INTO tinyq_queues (name) VALUES (NEW.queue);
-  INSERT INTO tinyq_counts (queue, scheduled, queued, running, done, failed)
-  VALUES (NEW.queue, NEW.status = 'scheduled', NEW.status = 'queued', NEW.status = 'running',
-          NEW.status = 'done', NEW.status = 'failed')
-  ON CONFLICT (queue) DO UPDATE SET scheduled = scheduled + excluded.scheduled, queued = queued + excluded.queued,
-    running = running + excluded.running, done = done + excluded.done, failed = failed + excluded.failed;
-  INSERT INTO tinyq_groups (queue, grp, dirty) SELECT NEW.queue, NEW.grp, 1 WHERE NEW.parked = 1
-  ON CONFLICT (queue, grp) DO UPDATE SET dirty = 1;
+  -- A job is added scheduled or waiting; its queue's counters row exists (tinyq_queues_added).
+  UPDATE tinyq_counts SET scheduled = scheduled + (NEW.status = 'scheduled'), queued = queued + (NEW.status = 'queued')
+  WHERE queue = NEW.queue;
+END;
+
+CREATE TRIGGER tinyq_queues_added AFTER INSERT ON tinyq_queues BEGIN
+  INSERT OR IGNORE INTO tinyq_counts (queue) VALUES (NEW.name);
 END;
 
 CREATE TRIGGER tinyq_jobs_changed AFTER UPDATE OF status, attempt ON tinyq_jobs
@@ -166,11 +166,20 @@ WHEN OLD.status IS NOT NEW.status OR OLD.attempt IS NOT NEW.attempt BEGIN
     done = done + (NEW.status = 'done') - (OLD.status = 'done'),
     failed = failed + (NEW.status = 'failed') - (OLD.status = 'failed')
   WHERE queue = NEW.queue AND OLD.status IS NOT NEW.status;
-  -- A group of a queue with group limits has a row: its running leases, its head, and
-  -- `dirty` when its room or its due jobs changed (the next claim promotes its next head).
+END;
+
+-- A group of a queue with group limits has a row: its running leases, its head, and
+-- `dirty` when its room or its due jobs changed (the next claim promotes its next head).
+-- Triggers of their own, with a WHEN: ungrouped jobs skip them at the cost of one test.
+CREATE TRIGGER tinyq_jobs_parked_added AFTER INSERT ON tinyq_jobs WHEN NEW.parked = 1 BEGIN
+  INSERT INTO tinyq_groups (queue, grp, dirty) VALUES (NEW.queue, NEW.grp, 1)
+  ON CONFLICT (queue, grp) DO UPDATE SET dirty = 1;
+END;
+
+CREATE TRIGGER tinyq_jobs_grouped AFTER UPDATE OF status ON tinyq_jobs
+WHEN NEW.grp IS NOT NULL AND OLD.status IS NOT NEW.status BEGIN
   INSERT INTO tinyq_groups (queue, grp, dirty) SELECT NEW.queue, NEW.grp, 1
-  WHERE NEW.grp IS NOT NULL AND OLD.status IS NOT NEW.status
-    AND (NEW.parked = 1 OR EXISTS (SELECT 1 FROM tinyq_groups WHERE queue = NEW.queue AND grp = NEW.grp))
+  WHERE NEW.parked = 1 OR EXISTS (SELECT 1 FROM tinyq_groups WHERE queue = NEW.queue AND grp = NEW.grp)
   ON CONFLICT (queue, grp) DO UPDATE SET
     running = running + (NEW.status = 'running') - (OLD.status = 'running'),
     head = CASE WHEN head = OLD.seq THEN NULL ELSE head END,
