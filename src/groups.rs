@@ -118,7 +118,14 @@ fn refill(conn: &Conn, q: &Settings, grp: &str, running: i64, started: i64, head
             conn.exec("UPDATE tinyq_jobs SET parked = 0 WHERE seq = ?1", &[&w.seq])?;
         }
     }
-    if wanted.is_none() && first.is_none() && head_place.is_none() && running == 0 && started == 0 {
+    let idle = wanted.is_none() && first.is_none() && head_place.is_none() && running == 0 && started == 0;
+    // (A parked job not due by a clock moved back still needs its group's row.)
+    if idle
+        && conn.one_int(
+            "SELECT EXISTS (SELECT 1 FROM tinyq_jobs WHERE status = 'queued' AND parked = 1 AND queue = ?1 AND grp = ?2)",
+            &[&q.name, &grp],
+        )? == Some(0)
+    {
         // Nothing due, running or recently started: the row goes (the store stays bounded).
         conn.exec("DELETE FROM tinyq_groups WHERE queue = ?1 AND grp = ?2", &[&q.name, &grp])?;
     } else {
