@@ -152,6 +152,7 @@ def main():
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--ext", action="append", help="name=path of a tinyq build (default: this one)")
     ap.add_argument("--sizes", help="comma-separated job counts (default 1000,100000[,1000000])")
+    ap.add_argument("--cases", help="comma-separated cases (default: all six)")
     ap.add_argument("--out", default=os.path.join(RESULTS, "scale.md"))
     args = ap.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")] if args.sizes else \
@@ -164,6 +165,9 @@ def main():
         os.makedirs(os.path.dirname(private), exist_ok=True)
         shutil.copyfile(path, private)
         builds.append((name, private[:-3]))
+    if args.cases:
+        for case in [c for c in CASES if c not in args.cases.split(",")]:
+            del CASES[case]
     results = {}
     started = time.monotonic()
     for name, ext in builds:
