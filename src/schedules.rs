@@ -67,7 +67,8 @@ fn parse_schedule(args: &[Val]) -> Result<Schedule> {
 /// tq_schedule(name, queue, when, payload [, options]) -> JSON of the schedule.
 /// Creates or replaces `name`. A replacement with the same queue, `when` and `tz` keeps its
 /// next due time (declaring the same schedule at every start-up loses no run); any other
-/// change, or resuming a paused one, waits for the next due time after now.
+/// change, or resuming a paused one, waits for the next due time after now (so does a
+/// replacement after the clock was set back past the kept due time).
 pub fn tq_schedule(conn: &Conn, args: &[Val]) -> Result<Out> {
     let s = parse_schedule(args)?;
     let timing = Timing::parse(&s.when, &s.tz).map_err(|e| bad("when", e))?;
@@ -78,10 +79,10 @@ pub fn tq_schedule(conn: &Conn, args: &[Val]) -> Result<Out> {
              WHERE name = ?1 AND queue = ?2 AND expr = ?3 AND tz = ?4 AND paused = 0 AND next_at IS NOT NULL",
             &[&s.name, &s.queue, &s.when, &s.tz],
         )?;
-        let next_at = match kept {
-            Some(t) => t,
-            None => timing.first(now).ok_or_else(|| Error::bad(format!("when '{}' matches no time", s.when)))?,
-        };
+        let first = timing.first(now).ok_or_else(|| Error::bad(format!("when '{}' matches no time", s.when)))?;
+        // A kept due time later than the first one after now means the clock was set back
+        // since: start again from now rather than wait for the clock to catch up.
+        let next_at = kept.filter(|&k| k <= first).unwrap_or(first);
         conn.exec(
             "INSERT INTO tinyq_schedules (name, queue, expr, tz, payload, priority, grp, budget, meta, missed, paused,
                                           next_at, created_at, changed_at)
@@ -166,41 +167,59 @@ pub fn add_due(conn: &Conn, queue: &str, now: i64) -> Result<()> {
     )?;
     let mut due = vec![];
     while st.step()? {
-        due.push((
-            st.text(0).unwrap_or_default(),
-            st.text(1).unwrap_or_default(),
-            st.text(2).unwrap_or_default(),
-            st.int(3),
-            st.text(4).unwrap_or_default(),
-            st.val(5),
-            st.int(6),
-            st.text(7),
-            st.opt_int(8),
-            st.text(9),
-        ));
-    }
-    drop(st);
-    for (name, when, tz, next_at, missed, payload, priority, group, budget, meta) in due {
+        let name = st.text(0).unwrap_or_default();
         // Checked when stored: a failure here means the store was edited by hand.
         let broken = |e: String| Error::bad(format!("schedule '{name}' cannot be read ({e}): replace or remove it"));
-        let timing = Timing::parse(&when, &tz).map_err(broken)?;
-        let missed = Missed::parse(&missed).map_err(broken)?;
+        let sched = Schedule {
+            queue: queue.to_string(),
+            when: st.text(1).unwrap_or_default(),
+            tz: st.text(2).unwrap_or_default(),
+            missed: Missed::parse(&st.text(4).unwrap_or_default()).map_err(broken)?,
+            payload: st.val(5),
+            priority: st.int(6),
+            group: st.text(7),
+            attempts: st.opt_int(8),
+            meta: st.text(9),
+            paused: false,
+            name: name.clone(),
+        };
+        let timing = Timing::parse(&sched.when, &sched.tz).map_err(broken)?;
+        due.push((sched, timing, st.int(3)));
+    }
+    drop(st);
+    for (sched, timing, next_at) in due {
         let mut last = None;
-        for at in timing.due(next_at, now, missed) {
-            let id = format!("{name}@{}", cron::iso(at));
-            let row =
-                Row { id: &id, queue, group: &group, priority, run_at: at, budget, payload: &payload, meta: &meta };
-            jobs::insert(conn, &row, now)?;
-            last = Some((at, id));
+        for at in timing.due(next_at, now, sched.missed) {
+            let id = format!("{}@{}", sched.name, cron::iso(at));
+            // An id still present (its job kept for its window) adds nothing: the ids guard too.
+            if jobs::insert(conn, &sched.job(&id, at), now)? {
+                last = Some((at, id));
+            }
         }
         let (last_at, last_id) = last.unzip();
         conn.exec(
             "UPDATE tinyq_schedules SET next_at = ?2, last_at = coalesce(?3, last_at), last_id = coalesce(?4, last_id)
              WHERE name = ?1",
-            &[&name, &timing.after(now, next_at), &last_at, &last_id],
+            &[&sched.name, &timing.after(now, next_at), &last_at, &last_id],
         )?;
     }
     Ok(())
+}
+
+impl Schedule {
+    /// The job of the due time `at`, with the id `id`.
+    fn job<'a>(&'a self, id: &'a str, at: i64) -> Row<'a> {
+        Row {
+            id,
+            queue: &self.queue,
+            group: &self.group,
+            priority: self.priority,
+            run_at: at,
+            budget: self.attempts,
+            payload: &self.payload,
+            meta: &self.meta,
+        }
+    }
 }
 
 /// The next due time of the queue's live schedules (tq_wait wakes for it).
