@@ -88,15 +88,18 @@ test-cluster: $(EXT)
 # huey; set up under bench/work/ on first run): bench/results/latest.md and peers.md.
 # bench/workers.py: the worker helpers (threads, asyncio, Node) beside huey's consumer,
 # liteque and plainjob (npm, under bench/work/node/): bench/results/workers.md.
+# bench/scale.py: the cost of one call as the store grows (COST-01): bench/results/scale.md and scale.png.
 bench: $(EXT) node/node_modules
 	$(PY) bench/lifecycle.py
 	$(PY) bench/peers.py
 	$(PY) bench/workers.py
+	$(PY) bench/scale.py
 
 bench-quick: $(EXT) node/node_modules
 	$(PY) bench/lifecycle.py --quick
 	$(PY) bench/peers.py --quick
 	$(PY) bench/workers.py --quick
+	$(PY) bench/scale.py --quick
 
 # docs/dashboard.png, dashboard-lists.png and dashboard-job.png, from the headless Chromium test.
 screenshots: $(EXT)

@@ -1,4 +1,4 @@
--- tinyq store, version 3: what a new store is created with. A store made by an older
+-- tinyq store, version 4: what a new store is created with. A store made by an older
 -- tinyq is brought here by sql/migrate_N_to_M.sql instead (sql/v1_store.sql and
 -- sql/v2_store.sql are versions 1 and 2 as they shipped).
 -- Every object is named tinyq_*; nothing else is touched.
@@ -53,12 +53,16 @@ CREATE TABLE tinyq_jobs (
   expires_at  INTEGER,                      -- done/failed only: when the id is freed
   changed_at  INTEGER NOT NULL,             -- time of the latest state change (for its event)
   note        BLOB                           -- detail of the latest state change (for its event)
-, meta        BLOB) -- a JSON object kept beside the payload (version 3: written as ADD COLUMN writes it)
+, meta        BLOB, parked INTEGER NOT NULL DEFAULT 0) -- meta: a JSON object kept beside the payload (version 3); parked: 1 for a due job set aside until its group has room (version 4); both written as ADD COLUMN writes them
 ;
 
--- Claim order (JOB-01) over due jobs.
-CREATE INDEX tinyq_jobs_queued ON tinyq_jobs (queue, priority DESC, run_at, seq, grp)
+-- Claim order (JOB-01) over due jobs. A claim walks only the jobs it may start
+-- (parked = 0): ungrouped jobs and the head of each group that has room (docs/design.md).
+CREATE INDEX tinyq_jobs_queued ON tinyq_jobs (queue, parked, priority DESC, run_at, seq, grp)
   WHERE status = 'queued';
+-- The jobs set aside, per group in claim order: the next head of a group is the first here.
+CREATE INDEX tinyq_jobs_parked ON tinyq_jobs (queue, grp, priority DESC, run_at, seq)
+  WHERE status = 'queued' AND parked = 1;
 -- Jobs waiting for their time.
 CREATE INDEX tinyq_jobs_scheduled ON tinyq_jobs (queue, run_at) WHERE status = 'scheduled';
 -- Jobs that hold or held a lease: running ones by lease (expires_at NULL), with the group
@@ -92,6 +96,36 @@ CREATE TABLE tinyq_starts (
 );
 CREATE INDEX tinyq_starts_queue ON tinyq_starts (queue, at, grp);
 
+-- Counters per queue, kept by the triggers below (jobs per stored status) and by claims
+-- (starts in the rate window). `started` counts the queue's starts with at > `edge`: a
+-- claim moves `edge` to now - window and counts out, once each, the starts it passes.
+-- `gedge` is the same edge for the group rate window (the groups' own counts).
+CREATE TABLE tinyq_counts (
+  queue     TEXT PRIMARY KEY,
+  scheduled INTEGER NOT NULL DEFAULT 0,
+  queued    INTEGER NOT NULL DEFAULT 0,
+  running   INTEGER NOT NULL DEFAULT 0,
+  done      INTEGER NOT NULL DEFAULT 0,
+  failed    INTEGER NOT NULL DEFAULT 0,
+  started   INTEGER NOT NULL DEFAULT 0,
+  edge      INTEGER,
+  gedge     INTEGER
+) WITHOUT ROWID;
+
+-- One row per group of a queue with group limits that has due or running jobs: its
+-- running leases, its starts with at > the queue's gedge, and its head (the one job of
+-- the group a claim may take: parked = 0), NULL when the group has no room or no due job.
+CREATE TABLE tinyq_groups (
+  queue   TEXT NOT NULL,
+  grp     TEXT NOT NULL,
+  running INTEGER NOT NULL DEFAULT 0,
+  started INTEGER NOT NULL DEFAULT 0,
+  head    INTEGER,
+  dirty   INTEGER NOT NULL DEFAULT 0,
+  PRIMARY KEY (queue, grp)
+) WITHOUT ROWID;
+CREATE INDEX tinyq_groups_dirty ON tinyq_groups (queue, grp) WHERE dirty = 1;
+
 CREATE TABLE tinyq_holders (
   id      INTEGER PRIMARY KEY,
   machine TEXT NOT NULL,    -- machine id and boot id
@@ -102,12 +136,21 @@ CREATE TABLE tinyq_holders (
 );
 
 -- Events: every state change is logged by these triggers, so no code path can forget one.
+-- The same triggers keep the counters (tinyq_counts, tinyq_groups) in step with the jobs, in
+-- the statement that changes them, so a claim or tq_stats reads a count instead of counting.
 CREATE TRIGGER tinyq_jobs_added AFTER INSERT ON tinyq_jobs BEGIN
   INSERT INTO tinyq_events (id, queue, state, attempt, at, detail)
   VALUES (NEW.id, NEW.queue,
           CASE NEW.status WHEN 'queued' THEN 'waiting' ELSE NEW.status END,
           NEW.attempt, NEW.changed_at, NEW.note);
   INSERT OR IGNORE INTO tinyq_queues (name) VALUES (NEW.queue);
+  -- A job is added scheduled or waiting; its queue's counters row exists (tinyq_queues_added).
+  UPDATE tinyq_counts SET scheduled = scheduled + (NEW.status = 'scheduled'), queued = queued + (NEW.status = 'queued')
+  WHERE queue = NEW.queue;
+END;
+
+CREATE TRIGGER tinyq_queues_added AFTER INSERT ON tinyq_queues BEGIN
+  INSERT OR IGNORE INTO tinyq_counts (queue) VALUES (NEW.name);
 END;
 
 CREATE TRIGGER tinyq_jobs_changed AFTER UPDATE OF status, attempt ON tinyq_jobs
@@ -116,6 +159,31 @@ WHEN OLD.status IS NOT NEW.status OR OLD.attempt IS NOT NEW.attempt BEGIN
   VALUES (NEW.id, NEW.queue,
           CASE NEW.status WHEN 'queued' THEN 'waiting' ELSE NEW.status END,
           NEW.attempt, NEW.changed_at, NEW.note);
+  UPDATE tinyq_counts SET
+    scheduled = scheduled + (NEW.status = 'scheduled') - (OLD.status = 'scheduled'),
+    queued = queued + (NEW.status = 'queued') - (OLD.status = 'queued'),
+    running = running + (NEW.status = 'running') - (OLD.status = 'running'),
+    done = done + (NEW.status = 'done') - (OLD.status = 'done'),
+    failed = failed + (NEW.status = 'failed') - (OLD.status = 'failed')
+  WHERE queue = NEW.queue AND OLD.status IS NOT NEW.status;
+END;
+
+-- A group of a queue with group limits has a row: its running leases, its head, and
+-- `dirty` when its room or its due jobs changed (the next claim promotes its next head).
+-- Triggers of their own, with a WHEN: ungrouped jobs skip them at the cost of one test.
+CREATE TRIGGER tinyq_jobs_parked_added AFTER INSERT ON tinyq_jobs WHEN NEW.parked = 1 BEGIN
+  INSERT INTO tinyq_groups (queue, grp, dirty) VALUES (NEW.queue, NEW.grp, 1)
+  ON CONFLICT (queue, grp) DO UPDATE SET dirty = 1;
+END;
+
+CREATE TRIGGER tinyq_jobs_grouped AFTER UPDATE OF status ON tinyq_jobs
+WHEN NEW.grp IS NOT NULL AND OLD.status IS NOT NEW.status BEGIN
+  INSERT INTO tinyq_groups (queue, grp, dirty) SELECT NEW.queue, NEW.grp, 1
+  WHERE NEW.parked = 1 OR EXISTS (SELECT 1 FROM tinyq_groups WHERE queue = NEW.queue AND grp = NEW.grp)
+  ON CONFLICT (queue, grp) DO UPDATE SET
+    running = running + (NEW.status = 'running') - (OLD.status = 'running'),
+    head = CASE WHEN head = OLD.seq THEN NULL ELSE head END,
+    dirty = 1;
 END;
 
 CREATE TRIGGER tinyq_jobs_progressed AFTER UPDATE OF progress ON tinyq_jobs BEGIN
@@ -125,6 +193,11 @@ END;
 
 CREATE TRIGGER tinyq_jobs_removed AFTER DELETE ON tinyq_jobs BEGIN
   DELETE FROM tinyq_steps WHERE job = OLD.seq;
+  -- A cancelled job was counted out when it was marked; done and failed ones go here.
+  UPDATE tinyq_counts SET done = done - (OLD.status = 'done'), failed = failed - (OLD.status = 'failed'),
+    scheduled = scheduled - (OLD.status = 'scheduled'), queued = queued - (OLD.status = 'queued'),
+    running = running - (OLD.status = 'running')
+  WHERE queue = OLD.queue AND OLD.status <> 'cancelled';
 END;
 
 -- A cancelled job's id may be added again at once, while the cancelled attempt's worker

@@ -4,7 +4,9 @@
 use std::collections::HashMap;
 
 use crate::conn::{Bind, Conn};
+use crate::counts::{self, Counts};
 use crate::ffi::{Result, Val};
+use crate::groups::{self, Place};
 use crate::options::{self, Options};
 use crate::queues::{self, Settings};
 use crate::settle::{self, Held, Outcome};
@@ -68,14 +70,22 @@ pub fn run(conn: &Conn, req: &Request) -> Result<Vec<Claimed>> {
             end_expired(conn, &q, now)?;
         }
         if look.due {
-            make_due(conn, queue, now)?;
+            make_due(conn, &q, now)?;
         }
         sweep::in_turn(conn, &q, now, sweep_budget(n))?;
         if q.paused {
             return Ok(vec![]);
         }
-        let picked = plan(conn, &q, now, n)?;
-        take(conn, &q, picked, worker, lease.unwrap_or(q.lease()), now)
+        if q.has_group_limits() && !counts::load(conn, &q.name)?.groups_built() {
+            counts::rebuild(conn, &q, now)?; // a store migrated from an older schema
+        }
+        let used = counts::slide(conn, &q, now)?;
+        groups::refill_dirty(conn, &q, now)?;
+        let picked = plan(conn, &q, &used, now, n)?;
+        let taken = take(conn, &q, picked, worker, lease.unwrap_or(q.lease()), now)?;
+        // The groups just taken from get their next head in this same transaction.
+        groups::refill_dirty(conn, &q, now)?;
+        Ok(taken)
     })
 }
 
@@ -86,21 +96,25 @@ pub struct Pending {
     pub other_holders: bool,
     /// Leases that ran out.
     pub expired: bool,
-    /// Scheduled jobs whose time has come.
+    /// Scheduled jobs whose time has come, or groups whose next head is not promoted yet.
     pub due: bool,
 }
 
 impl Pending {
     pub fn probe(conn: &Conn, q: &Settings, now: i64) -> Result<Pending> {
         let mut st = conn.query(
-            "SELECT EXISTS (SELECT 1 FROM tinyq_jobs WHERE status = 'running' AND expires_at IS NULL AND queue = ?1 AND lease_until > ?2
-                                                       AND holder IS NOT NULL AND holder IS NOT ?3),
+            // Leases of other processes are looked for only when another process is known:
+            // the walk over live leases is then the only step that grows with them.
+            "SELECT CASE WHEN EXISTS (SELECT 1 FROM tinyq_holders WHERE id IS NOT ?3) THEN
+                      EXISTS (SELECT 1 FROM tinyq_jobs WHERE status = 'running' AND expires_at IS NULL AND queue = ?1 AND lease_until > ?2
+                                                       AND holder IS NOT NULL AND holder IS NOT ?3) ELSE 0 END,
                     EXISTS (SELECT 1 FROM tinyq_jobs WHERE status = 'running' AND expires_at IS NULL AND queue = ?1 AND lease_until <= ?2),
-                    EXISTS (SELECT 1 FROM tinyq_jobs WHERE status = 'scheduled' AND queue = ?1 AND run_at <= ?2)",
-            &[&q.name, &now, &conn.holder.get()],
+                    EXISTS (SELECT 1 FROM tinyq_jobs WHERE status = 'scheduled' AND queue = ?1 AND run_at <= ?2),
+                    ?4 AND EXISTS (SELECT 1 FROM tinyq_groups INDEXED BY tinyq_groups_dirty WHERE dirty = 1 AND queue = ?1)",
+            &[&q.name, &now, &conn.holder.get(), &q.has_group_limits()],
         )?;
         st.step()?;
-        Ok(Pending { other_holders: st.int(0) != 0, expired: st.int(1) != 0, due: st.int(2) != 0 })
+        Ok(Pending { other_holders: st.int(0) != 0, expired: st.int(1) != 0, due: st.int(2) != 0 || st.int(3) != 0 })
     }
 }
 
@@ -124,62 +138,27 @@ fn end_expired(conn: &Conn, q: &Settings, now: i64) -> Result<()> {
     Ok(())
 }
 
-/// Scheduled jobs whose time has come join the due jobs (their event is dated run_at).
-fn make_due(conn: &Conn, queue: &str, now: i64) -> Result<()> {
+/// Scheduled jobs whose time has come join the due jobs (their event is dated run_at);
+/// in a queue with group limits a grouped one is set aside until its group promotes it.
+fn make_due(conn: &Conn, q: &Settings, now: i64) -> Result<()> {
     conn.exec(
-        "UPDATE tinyq_jobs SET status = 'queued', changed_at = run_at, note = NULL
+        "UPDATE tinyq_jobs SET status = 'queued', changed_at = run_at, note = NULL, parked = (?3 AND grp IS NOT NULL)
          WHERE status = 'scheduled' AND queue = ?1 AND run_at <= ?2",
-        &[&queue, &now],
+        &[&q.name, &now, &q.has_group_limits()],
     )?;
     Ok(())
 }
 
-/// Room left under the queue's limits, and per-group usage when groups have limits.
-struct Room {
-    total: i64,
-    groups: Option<HashMap<String, (i64, i64)>>, // group -> (live leases, starts in window)
-}
-
-fn room(conn: &Conn, q: &Settings, now: i64, n: i64) -> Result<Room> {
+/// Room left under the queue's own limits, from its counters (no count over jobs).
+fn room(q: &Settings, used: &Counts, n: i64) -> i64 {
     let mut total = n;
     if let Some(c) = q.concurrency {
-        let live = conn.one_int(
-            "SELECT count(*) FROM tinyq_jobs WHERE status = 'running' AND expires_at IS NULL AND queue = ?1 AND lease_until > ?2",
-            &[&q.name, &now],
-        )?;
-        total = total.min(c - live.unwrap_or(0));
+        total = total.min(c - used.running);
     }
-    if let Some((limit, window)) = q.rate {
-        let started = conn
-            .one_int("SELECT count(*) FROM tinyq_starts WHERE queue = ?1 AND at > ?2", &[&q.name, &(now - window)])?;
-        total = total.min(limit - started.unwrap_or(0));
+    if let Some((limit, _)) = q.rate {
+        total = total.min(limit - used.started);
     }
-    let mut groups = None;
-    if q.has_group_limits() && total > 0 {
-        let mut usage: HashMap<String, (i64, i64)> = HashMap::new();
-        if q.group_concurrency.is_some() {
-            let mut st = conn.query(
-                "SELECT grp, count(*) FROM tinyq_jobs
-                 WHERE status = 'running' AND expires_at IS NULL AND queue = ?1 AND lease_until > ?2 AND grp IS NOT NULL GROUP BY grp",
-                &[&q.name, &now],
-            )?;
-            while st.step()? {
-                usage.entry(st.text(0).unwrap_or_default()).or_default().0 = st.int(1);
-            }
-        }
-        if let Some((_, window)) = q.group_rate {
-            let mut st = conn.query(
-                "SELECT grp, count(*) FROM tinyq_starts
-                 WHERE queue = ?1 AND at > ?2 AND grp IS NOT NULL GROUP BY grp",
-                &[&q.name, &(now - window)],
-            )?;
-            while st.step()? {
-                usage.entry(st.text(0).unwrap_or_default()).or_default().1 = st.int(1);
-            }
-        }
-        groups = Some(usage);
-    }
-    Ok(Room { total, groups })
+    total
 }
 
 /// A due job chosen by `plan`, read under the claim's write lock.
@@ -192,43 +171,99 @@ pub struct Picked {
     meta: Val,
 }
 
-/// The due jobs to take, in order (JOB-01), within every limit. A job whose group is full
-/// is passed over for this claim only (LIM-02): the next claim looks at it again.
-pub fn plan(conn: &Conn, q: &Settings, now: i64, n: i64) -> Result<Vec<Picked>> {
-    let Room { total, mut groups } = room(conn, q, now, n)?;
+/// The due jobs to take, in order (JOB-01), within every limit. The walk sees only jobs
+/// that may start (ungrouped ones and the heads of groups with room: see groups.rs), so
+/// jobs set aside in full groups cost it nothing (LIM-02, COST-01). When a group has room
+/// for more than its head, its next jobs are merged into the walk, in order.
+pub fn plan(conn: &Conn, q: &Settings, used: &Counts, now: i64, n: i64) -> Result<Vec<Picked>> {
+    let total = room(q, used, n);
     let mut picked = vec![];
     if total <= 0 {
         return Ok(picked);
     }
-    let group_room = |used: &(i64, i64)| {
-        q.group_concurrency.is_none_or(|c| used.0 < c) && q.group_rate.is_none_or(|(r, _)| used.1 < r)
-    };
+    let limited = q.has_group_limits();
+    let mut usage: HashMap<String, (i64, i64)> = HashMap::new();
+    // The groups' next jobs, each with its place in line (at most one per group).
+    let mut followers: Vec<(Place, String)> = vec![];
     let mut st = conn.query(
-        // seq and grp come from the index; the row itself is read only for a picked job.
-        "SELECT seq, grp, id, attempt, payload, meta FROM tinyq_jobs WHERE status = 'queued' AND queue = ?1 AND run_at <= ?2
+        // seq, grp and the place come from the index; the row itself is read only when picked.
+        "SELECT seq, grp, priority, run_at, id, attempt, payload, meta FROM tinyq_jobs WHERE status = 'queued' AND queue = ?1 AND parked = 0 AND run_at <= ?2
          ORDER BY priority DESC, run_at, seq",
         &[&q.name, &now],
     )?;
-    while (picked.len() as i64) < total && st.step()? {
-        let group = st.text(1);
-        if let (Some(usage), Some(g)) = (groups.as_mut(), group.clone()) {
-            let used = usage.entry(g).or_default();
-            if !group_room(used) {
-                continue;
+    let mut walk: Option<(Place, Option<String>, Picked)> = None;
+    let mut walk_done = false;
+    while (picked.len() as i64) < total {
+        if walk.is_none() && !walk_done {
+            if st.step()? {
+                let (seq, group) = (st.int(0), st.text(1));
+                let row = Picked {
+                    seq,
+                    id: st.text(4).unwrap_or_default(),
+                    attempt: st.int(5),
+                    payload: st.val(6),
+                    group: group.clone(),
+                    meta: st.val(7),
+                };
+                walk = Some((Place::new(st.int(2), st.int(3), seq), group, row));
+            } else {
+                walk_done = true;
             }
-            used.0 += 1;
-            used.1 += 1;
         }
-        picked.push(Picked {
-            seq: st.int(0),
-            id: st.text(2).unwrap_or_default(),
-            attempt: st.int(3),
-            payload: st.val(4),
-            group,
-            meta: st.val(5),
+        let best_follower = followers.iter().enumerate().min_by_key(|(_, f)| f.0).map(|(i, f)| (i, f.0));
+        let follower_first = match (&walk, best_follower) {
+            (None, None) => break,
+            (Some((p, _, _)), Some((_, fp))) => fp < *p,
+            (None, Some(_)) => true,
+            (Some(_), None) => false,
+        };
+        let (place, group, row) = if follower_first {
+            let (i, _) = best_follower.expect("follower");
+            let (place, g) = followers.swap_remove(i);
+            (place, Some(g), None)
+        } else {
+            let (place, group, row) = walk.take().expect("walk");
+            (place, group, Some(row))
+        };
+        if let (true, Some(g)) = (limited, &group) {
+            if !usage.contains_key(g) {
+                let counted = conn
+                    .query("SELECT running, started FROM tinyq_groups WHERE queue = ?1 AND grp = ?2", &[&q.name, g])?;
+                let mut counted = counted;
+                let u = if counted.step()? { (counted.int(0), counted.int(1)) } else { (0, 0) };
+                usage.insert(g.clone(), u);
+            }
+            let u = usage.get_mut(g).expect("usage");
+            if !groups::has_room(q, u.0, u.1) {
+                continue; // a head promoted before its group filled (not expected: defensive)
+            }
+            u.0 += 1;
+            u.1 += 1;
+            if groups::has_room(q, u.0, u.1) {
+                if let Some(next) = groups::next_parked(conn, &q.name, g, Some(place), now)? {
+                    followers.push((next, g.clone()));
+                }
+            }
+        }
+        picked.push(match row {
+            Some(row) => row,
+            None => read_picked(conn, place.seq, group)?,
         });
     }
     Ok(picked)
+}
+
+fn read_picked(conn: &Conn, seq: i64, group: Option<String>) -> Result<Picked> {
+    let mut st = conn.query("SELECT id, attempt, payload, meta FROM tinyq_jobs WHERE seq = ?1", &[&seq])?;
+    st.step()?;
+    Ok(Picked {
+        seq,
+        id: st.text(0).unwrap_or_default(),
+        attempt: st.int(1),
+        payload: st.val(2),
+        group,
+        meta: st.val(3),
+    })
 }
 
 /// The UPDATE that leases jobs: ?2 lease_until, ?3 deadline, ?4 now, ?5 worker, ?6 holder.
@@ -237,7 +272,7 @@ macro_rules! lease_where {
         concat!(
             "UPDATE tinyq_jobs SET status = 'running', attempt = attempt + 1, tries = tries + 1,
                  lease_until = ?2, deadline = ?3, started_at = ?4, worker = ?5, holder = ?6,
-                 changed_at = ?4, note = ?5, expires_at = NULL
+                 changed_at = ?4, note = ?5, expires_at = NULL, parked = 0
              WHERE ",
             $which
         )
@@ -265,11 +300,10 @@ fn take(conn: &Conn, q: &Settings, picked: Vec<Picked>, worker: &str, lease: i64
             &[&[&seqs as &dyn Bind], &lease[..]].concat(),
         )?;
     }
+    let groups: Vec<Option<String>> = picked.iter().map(|p| p.group.clone()).collect();
+    counts::count_in(conn, q, &groups, now)?;
     let mut out = Vec::with_capacity(picked.len());
     for job in picked {
-        if q.counts_starts() {
-            conn.exec("INSERT INTO tinyq_starts (queue, grp, at) VALUES (?1, ?2, ?3)", &[&q.name, &job.group, &now])?;
-        }
         out.push(Claimed {
             id: job.id,
             attempt: job.attempt + 1,

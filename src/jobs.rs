@@ -113,9 +113,12 @@ pub fn insert(conn: &Conn, job: &Row, now: i64) -> Result<bool> {
     let status = if job.run_at > now { "scheduled" } else { "queued" };
     let insert = || {
         conn.exec(
-            "INSERT INTO tinyq_jobs (id, queue, status, grp, priority, run_at, budget, payload, meta, created_at, changed_at, attempt)
+            "INSERT INTO tinyq_jobs (id, queue, status, grp, priority, run_at, budget, payload, meta, created_at, changed_at, attempt, parked)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?10,
-                     coalesce((SELECT attempt FROM tinyq_tombstones WHERE id = ?1), 0))
+                     coalesce((SELECT attempt FROM tinyq_tombstones WHERE id = ?1), 0),
+                     -- set aside until its group promotes it (groups.rs)
+                     CASE WHEN ?4 IS NOT NULL AND ?3 = 'queued' THEN EXISTS (SELECT 1 FROM tinyq_queues WHERE name = ?2
+                         AND (group_concurrency IS NOT NULL OR group_rate_n IS NOT NULL)) ELSE 0 END)
              ON CONFLICT (id) DO NOTHING",
             &[&job.id, &job.queue, &status, job.group, &job.priority, &job.run_at, &job.budget, job.payload, job.meta, &now],
         )
@@ -199,30 +202,9 @@ pub fn tq_get(conn: &Conn, args: &[Val]) -> Result<Out> {
     });
     drop(st);
     if state == "waiting" {
-        obj["ahead"] = ahead(conn, &queue, priority, run_at, seq, now)?.into();
+        obj["ahead"] = crate::stats::ahead(conn, &queue, priority, run_at, seq, now)?.into();
     }
     Ok(Out::Text(obj.to_string()))
-}
-
-/// How many due jobs of the queue start before (priority, run_at, seq), per JOB-01.
-/// Each count walks only the part of an index that lies ahead of the job.
-fn ahead(conn: &Conn, queue: &str, priority: i64, run_at: i64, seq: i64, now: i64) -> Result<i64> {
-    let higher = conn.one_int(
-        "SELECT count(*) FROM tinyq_jobs WHERE status = 'queued' AND queue = ?1 AND priority > ?2",
-        &[&queue, &priority],
-    )?;
-    let same = conn.one_int(
-        "SELECT count(*) FROM tinyq_jobs
-         WHERE status = 'queued' AND queue = ?1 AND priority = ?2 AND (run_at, seq) < (?3, ?4)",
-        &[&queue, &priority, &run_at, &seq],
-    )?;
-    let due_scheduled = conn.one_int(
-        "SELECT count(*) FROM tinyq_jobs
-         WHERE status = 'scheduled' AND queue = ?1 AND run_at <= ?5
-           AND (priority > ?2 OR (priority = ?2 AND (run_at, seq) < (?3, ?4)))",
-        &[&queue, &priority, &run_at, &seq, &now],
-    )?;
-    Ok(higher.unwrap_or(0) + same.unwrap_or(0) + due_scheduled.unwrap_or(0))
 }
 
 /// tq_cancel(id) -> 1 or 0. The job is marked (watchers see `cancelled`) and removed.
@@ -256,7 +238,9 @@ pub fn tq_retry(conn: &Conn, args: &[Val]) -> Result<Out> {
         let now = conn.now();
         let n = conn.exec(
             "UPDATE tinyq_jobs SET status = 'queued', tries = 0, run_at = ?2, lease_until = NULL, deadline = NULL,
-                 holder = NULL, settled_at = NULL, expires_at = NULL, changed_at = ?2, note = 'retry'
+                 holder = NULL, settled_at = NULL, expires_at = NULL, changed_at = ?2, note = 'retry',
+                 parked = grp IS NOT NULL AND EXISTS (SELECT 1 FROM tinyq_queues WHERE name = tinyq_jobs.queue
+                     AND (group_concurrency IS NOT NULL OR group_rate_n IS NOT NULL))
              WHERE id = ?1 AND status = 'failed'",
             &[&id, &now],
         )?;

@@ -6,7 +6,9 @@
 #[macro_use]
 pub mod sqlite;
 pub mod claim;
+pub mod counts;
 pub mod cron;
+pub mod groups;
 pub mod holders;
 pub mod jobs;
 pub mod options;
@@ -17,6 +19,7 @@ pub mod schedule_get;
 pub mod schedules;
 pub mod schema;
 pub mod settle;
+pub mod stats;
 pub mod step_list;
 pub mod steps;
 pub mod store;

@@ -229,6 +229,10 @@ pub fn tq_queue(conn: &Conn, args: &[Val]) -> Result<Out> {
             paused
         );
         save(conn, &s)?;
+        if ["rate", "group_concurrency", "group_rate"].iter().any(|k| opts.present(k)) {
+            // The counters and the set-aside jobs follow the new limits (counts.rs, groups.rs).
+            crate::counts::rebuild(conn, &s, conn.now())?;
+        }
         Ok(Out::Text(s.to_json()))
     })
 }

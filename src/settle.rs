@@ -36,12 +36,12 @@ pub fn apply(conn: &Conn, job: &Held, q: &Settings, outcome: Outcome, now: i64) 
     };
     match outcome {
         Outcome::Error(msg) if left => {
-            again(conn, job.seq, job.tries, now + backoff(), Some(&msg), Val::Text(msg.clone()), now)
+            again(conn, q, job.seq, job.tries, now + backoff(), Some(&msg), Val::Text(msg.clone()), now)
         }
         Outcome::Error(msg) | Outcome::Fail(msg) => fail(conn, job.seq, &msg, q, now, false),
         Outcome::Retry(delay) if left => {
             let delay = delay.unwrap_or_else(backoff);
-            again(conn, job.seq, job.tries, now + delay, None, Val::Int(delay), now)
+            again(conn, q, job.seq, job.tries, now + delay, None, Val::Int(delay), now)
         }
         Outcome::Retry(_) => fail(
             conn,
@@ -51,14 +51,16 @@ pub fn apply(conn: &Conn, job: &Held, q: &Settings, outcome: Outcome, now: i64) 
             now,
             false,
         ),
-        Outcome::Snooze(delay) => again(conn, job.seq, job.tries - 1, now + delay, None, Val::Int(delay), now),
+        Outcome::Snooze(delay) => again(conn, q, job.seq, job.tries - 1, now + delay, None, Val::Int(delay), now),
         Outcome::LeaseExpired { died } => {
             let why = if died { "worker process died" } else { "lease expired" };
             if left {
                 // Back in line at its old place; lease_until stays so a late settle still counts.
                 conn.exec(
-                    "UPDATE tinyq_jobs SET status = 'queued', holder = NULL, changed_at = ?2, note = ?3 WHERE seq = ?1",
-                    &[&job.seq, &now, &why],
+                    "UPDATE tinyq_jobs SET status = 'queued', holder = NULL, changed_at = ?2, note = ?3,
+                         parked = (?4 AND grp IS NOT NULL)
+                     WHERE seq = ?1",
+                    &[&job.seq, &now, &why, &q.has_group_limits()],
                 )
             } else {
                 let msg = format!("{why} on attempt {} of {budget}: its leases ran out", job.attempt);
@@ -69,14 +71,26 @@ pub fn apply(conn: &Conn, job: &Held, q: &Settings, outcome: Outcome, now: i64) 
     Ok(())
 }
 
-/// Waits again until `run_at`, with `tries` charged so far.
-fn again(conn: &Conn, seq: i64, tries: i64, run_at: i64, error: Option<&str>, note: Val, now: i64) -> Result<i64> {
+/// Waits again until `run_at`, with `tries` charged so far. Due at once in a queue with
+/// group limits, a grouped job is set aside until its group promotes it (groups.rs).
+#[allow(clippy::too_many_arguments)]
+fn again(
+    conn: &Conn,
+    q: &Settings,
+    seq: i64,
+    tries: i64,
+    run_at: i64,
+    error: Option<&str>,
+    note: Val,
+    now: i64,
+) -> Result<i64> {
     conn.exec(
         "UPDATE tinyq_jobs SET status = CASE WHEN ?3 > ?6 THEN 'scheduled' ELSE 'queued' END,
              tries = ?2, run_at = ?3, error = coalesce(?4, error), note = ?5, changed_at = ?6,
-             lease_until = NULL, deadline = NULL, holder = NULL, expires_at = NULL
+             lease_until = NULL, deadline = NULL, holder = NULL, expires_at = NULL,
+             parked = (?7 AND ?3 <= ?6 AND grp IS NOT NULL)
          WHERE seq = ?1",
-        &[&seq, &tries, &run_at, &error, &note, &now],
+        &[&seq, &tries, &run_at, &error, &note, &now, &q.has_group_limits()],
     )
 }
 

@@ -99,7 +99,8 @@ fn starts(conn: &Conn, q: &Settings, now: i64, limit: i64, look: Look) -> Result
         "SELECT EXISTS (SELECT 1 FROM tinyq_starts WHERE queue = ?1 AND at <= ?2)",
         "DELETE FROM tinyq_starts WHERE rowid IN (
              SELECT rowid FROM tinyq_starts WHERE queue = ?1 AND at <= ?2 LIMIT ?3 + 0)",
-        &[&q.name, &(now - q.longest_window()), &limit],
+        // Only starts every rate window has counted out (counts.rs).
+        &[&q.name, &crate::counts::sweepable_starts(conn, q, now)?, &limit],
         2,
     )
 }

@@ -206,25 +206,12 @@ impl TableFn for Stats {
         if !schema::exists(conn)? {
             return Ok(Rows::list(vec![]));
         }
-        let st = conn.query(
-            "SELECT q.name,
-                (SELECT count(*) FROM tinyq_jobs WHERE status = 'scheduled' AND queue = q.name AND run_at > ?1),
-                (SELECT count(*) FROM tinyq_jobs WHERE status = 'queued' AND queue = q.name)
-                  + (SELECT count(*) FROM tinyq_jobs WHERE status = 'scheduled' AND queue = q.name AND run_at <= ?1),
-                (SELECT count(*) FROM tinyq_jobs WHERE status = 'running' AND queue = q.name),
-                (SELECT count(*) FROM tinyq_jobs WHERE status = 'running' AND expires_at IS NULL AND queue = q.name AND lease_until > ?1),
-                (SELECT count(*) FROM tinyq_jobs WHERE status = 'done' AND queue = q.name),
-                (SELECT count(*) FROM tinyq_jobs WHERE status = 'failed' AND queue = q.name),
-                ?1 - (SELECT min(run_at) FROM (
-                    SELECT run_at FROM tinyq_jobs WHERE status = 'queued' AND queue = q.name
-                    UNION ALL SELECT run_at FROM tinyq_jobs WHERE status = 'scheduled' AND queue = q.name AND run_at <= ?1)),
-                CASE WHEN q.rate_ms IS NOT NULL OR q.group_rate_ms IS NOT NULL THEN
-                    (SELECT count(*) FROM tinyq_starts WHERE queue = q.name AND at > ?1 - coalesce(q.rate_ms, q.group_rate_ms)) END,
-                q.paused
-             FROM tinyq_queues q WHERE ?2 IS NULL OR q.name = ?2 ORDER BY q.name",
-            &[&conn.now(), &queue],
-        )?;
-        Ok(Rows::query(st))
+        let now = conn.now();
+        let rows = crate::stats::queue_names(conn, queue.as_deref())?
+            .iter()
+            .map(|name| crate::stats::queue_row(conn, name, now))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Rows::list(rows))
     }
 }
 

@@ -23,7 +23,7 @@ fn claimable(conn: &Conn, queue: &str, now: i64) -> Result<bool> {
     if q.paused {
         return Ok(false);
     }
-    if !claim::plan(conn, &q, now, 1)?.is_empty() {
+    if !claim::plan(conn, &q, &crate::counts::load(conn, &q.name)?, now, 1)?.is_empty() {
         return Ok(true);
     }
     // Due but not yet moved in line, or a lease that ran out: the next claim takes them

@@ -555,6 +555,36 @@ def build_machine():
                         f"job {jid!r} is gone but its latest event is {state!r}"
             counts = dict(c.execute("SELECT state, count(*) FROM tq_jobs GROUP BY state").fetchall())
             assert set(counts) <= {"scheduled", "waiting", "running", "done", "failed"}, counts
+            self.check_counters(c)
+
+        def check_counters(self, c):
+            """The counters claims and tq_stats read (tinyq_counts, tinyq_groups) match the rows."""
+            counted = {r[0]: r[1:] for r in c.execute(
+                "SELECT queue, scheduled, queued, running, done, failed FROM tinyq_counts")}
+            for queue, *row in c.execute(
+                    "SELECT queue, sum(status = 'scheduled'), sum(status = 'queued'), sum(status = 'running'),"
+                    " sum(status = 'done'), sum(status = 'failed') FROM tinyq_jobs GROUP BY queue"):
+                assert counted.get(queue) == tuple(row), f"queue {queue!r}: counters {counted.get(queue)} vs {row}"
+            limited = {r[0] for r in c.execute(
+                "SELECT name FROM tinyq_queues WHERE group_concurrency IS NOT NULL OR group_rate_n IS NOT NULL")}
+            # A parked job only in a queue with group limits, and only grouped.
+            bad = c.execute("SELECT id, queue, grp FROM tinyq_jobs WHERE status = 'queued' AND parked = 1").fetchall()
+            for jid, queue, grp in bad:
+                assert queue in limited and grp is not None, f"job {jid!r} parked in {queue!r} (group {grp!r})"
+            for queue, grp, running in c.execute("SELECT queue, grp, running FROM tinyq_groups"):
+                real = c.execute("SELECT count(*) FROM tinyq_jobs WHERE status = 'running' AND queue = ? AND grp = ?",
+                                 (queue, grp)).fetchone()[0]
+                assert running == real, f"group {queue!r}/{grp!r}: counter {running}, running {real}"
+            # A group of a limited queue never has two jobs a claim may take (its head), and
+            # the head is the group's first due job in claim order, unless the group is dirty.
+            for queue in limited:
+                for grp, heads in c.execute(
+                        "SELECT grp, count(*) FROM tinyq_jobs WHERE status = 'queued' AND parked = 0 AND queue = ?"
+                        " AND grp IS NOT NULL GROUP BY grp", (queue,)):
+                    dirty = c.execute("SELECT dirty FROM tinyq_groups WHERE queue = ? AND grp = ?",
+                                      (queue, grp)).fetchone()
+                    if dirty is None or dirty[0] == 0:
+                        assert heads <= 1, f"group {queue!r}/{grp!r} has {heads} heads"
 
     return TinyqMachine
 

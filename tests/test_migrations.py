@@ -12,12 +12,12 @@ import pytest
 from conftest import ROOT, claim, connect, get, one
 
 NOW = 1_900_000_000_000
+CURRENT = 4  # the schema version this build creates
 DAY = 86_400_000
-CURRENT = 3
 
 
 def v1_store(path, version=1):
-    """A store as tinyq `version` left it (the job rows are the same in versions 1 and 2)."""
+    """A store as tinyq `version` left it (the job rows are the same in versions 1 to 3)."""
     db = sqlite3.connect(path, isolation_level=None)
     with open(os.path.join(ROOT, "sql", f"v{version}_store.sql")) as f:
         db.executescript(f.read())
@@ -47,7 +47,7 @@ def v1_store(path, version=1):
     return events
 
 
-@pytest.mark.parametrize("version", [1, 2])
+@pytest.mark.parametrize("version", [1, 2, 3])
 def test_old_store_migrates_to_current_on_first_write_keeping_jobs(tmp_path, version):
     path = str(tmp_path / "old.db")
     events_before = v1_store(path, version)
@@ -105,7 +105,7 @@ def shape(db):
     return {(t, n, tbl): " ".join((sql or "").replace('"tinyq_jobs"', "tinyq_jobs").split()) for t, n, tbl, sql in rows}
 
 
-@pytest.mark.parametrize("version", [1, 2])
+@pytest.mark.parametrize("version", [1, 2, 3])
 def test_migrated_store_has_the_schema_of_a_new_store(tmp_path, version):
     old = str(tmp_path / "old.db")
     v1_store(old, version)
@@ -141,4 +141,33 @@ def test_upgrade_inside_a_trigger_fails_clearly_then_runs_outside(tmp_path):
     one(db, "SELECT tq_sweep()")  # outside a trigger: upgrades
     db.execute("INSERT INTO orders VALUES (2)")
     assert one(db, "SELECT count(*) FROM tinyq_jobs WHERE queue = 'ship'") == 1
+    db.close()
+
+
+def test_migrated_store_counts_its_jobs_and_limits_its_groups(tmp_path):
+    """Schema 4 keeps counters (tq_stats, limits) and sets aside the jobs of full groups:
+    a migrated store's counters start from its rows, and its first claim sets its groups up."""
+    path = str(tmp_path / "old.db")
+    v1_store(path)
+    db = sqlite3.connect(path, isolation_level=None)
+    for i in range(5):
+        db.execute(
+            "INSERT INTO tinyq_jobs (id, queue, status, grp, run_at, payload, created_at, changed_at)"
+            " VALUES (?, 'g', 'queued', ?, ?, '{}', ?, ?)", (f"g-{i}", "a" if i < 3 else "b", NOW - DAY + i,
+                                                               NOW - DAY, NOW - DAY))
+    db.execute("UPDATE tinyq_queues SET group_concurrency = 1 WHERE name = 'g'")
+    db.close()
+    db = connect(path)
+    one(db, "SELECT tq_clock(?)", NOW)
+    stats = db.execute("SELECT waiting, running, done, failed FROM tq_stats('q')").fetchone()
+    assert stats is None  # a reader sees no store before the first write migrates it
+    one(db, "SELECT tq_add('other', '{}')")
+    assert db.execute("SELECT waiting, running, done, failed FROM tq_stats('q')").fetchone() == (1, 1, 1, 1)
+    assert db.execute("SELECT waiting FROM tq_stats('g')").fetchone() == (5,)
+    got = [r["id"] for r in claim(db, "g", "w", 10)]
+    assert got == ["g-0", "g-3"]  # one per group (group_concurrency 1), in order
+    assert claim(db, "g", "w", 10) == []
+    assert one(db, "SELECT tq_settle('g-0', 1, 'done')") == 1
+    assert [r["id"] for r in claim(db, "g", "w", 10)] == ["g-1"]
+    assert db.execute("SELECT waiting, running, done FROM tq_stats('g')").fetchone() == (2, 2, 1)
     db.close()

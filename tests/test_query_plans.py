@@ -26,12 +26,16 @@ ALLOWED = [
     ("DELETE FROM tinyq_events WHERE seq <", "SCAN tinyq_events",
      "walks events oldest first to the first one still kept: events are appended in time order, so the "
      "rows it passes are the expired ones this sweep removes"),
-    ("status = 'running' AND expires_at IS NULL AND queue = ?1 AND lease_until > ?2 AND grp IS NOT NULL GROUP BY grp",
-     "USE TEMP B-TREE FOR GROUP BY",
-     "a claim with group limits counts live leases per group: the b-tree holds the queue's running jobs, "
-     "which its concurrency and leases bound, never the backlog"),
-    ("FROM tinyq_starts WHERE queue = ?1 AND at > ?2 AND grp IS NOT NULL GROUP BY grp", "USE TEMP B-TREE FOR GROUP BY",
-     "a claim with a group rate counts starts per group in the window: at most the rate's starts"),
+    ("INSERT INTO tinyq_groups (queue, grp, running, started, dirty)", "USE TEMP B-TREE FOR GROUP BY",
+     "groups::rebuild counts every group afresh: it runs when tq_queue sets or changes a rate or group limit "
+     "(or on the first claim of a migrated store), never on an ordinary claim"),
+    ("INSERT INTO tinyq_groups (queue, grp, started, dirty)", "USE TEMP B-TREE FOR GROUP BY",
+     "a claim counts out, per group, the starts that left the group rate window since the last claim: each "
+     "start is counted out once, so the b-tree holds only those"),
+    ("SELECT CASE WHEN EXISTS (SELECT 1 FROM tinyq_holders WHERE id IS NOT ?3)", "SCAN tinyq_holders",
+     "is another lease-holding process known? stops at the first holder row, one row per worker process"),
+    ("WITH RECURSIVE pr(parked, p)", "SCAN pr",
+     "tq_stats' oldest due job steps through its own CTE: one row per distinct priority, each a seek"),
     ("FROM tinyq_holders h WHERE NOT EXISTS", "SCAN h",
      "tinyq_holders has one row per worker process that leased a job: a sweep looks at each"),
     ("FROM tinyq_queues", "SCAN ",

@@ -25,6 +25,10 @@ pub struct Conn {
     /// This process's row in tinyq_holders, once it has one.
     pub holder: Cell<Option<i64>>,
     cache: RefCell<HashMap<SqlKey, Vec<*mut sqlite3_stmt>, BuildHasherDefault<AddressHasher>>>,
+    /// The work SQLite did for each of tinyq's statements on this connection, summed over
+    /// every run (VM steps, full-scan steps, sorts): what tq_statements reports, so tests
+    /// can check that a call's cost does not grow with the store (COST-01).
+    work: RefCell<HashMap<SqlKey, [i64; 3], BuildHasherDefault<AddressHasher>>>,
     /// True while the `tq_statements` table is connected: its disconnect, which SQLite
     /// runs before checking for unfinalized statements at close, empties the cache.
     pub cache_hooked: Cell<bool>,
@@ -52,6 +56,7 @@ impl Conn {
             store_ready: Cell::new(false),
             holder: Cell::new(None),
             cache: RefCell::new(HashMap::default()),
+            work: RefCell::new(HashMap::default()),
             cache_hooked: Cell::new(false),
             depth: Cell::new(0),
             sweep_turn: Cell::new(0),
@@ -160,14 +165,35 @@ impl Conn {
         }
     }
 
-    /// The statements held in the cache, for `tq_statements`.
-    pub fn cached_sql(&self) -> Vec<(String, i64)> {
-        let mut v: Vec<_> = self.cache.borrow().iter().map(|(s, l)| (s.0.to_string(), l.len() as i64)).collect();
-        v.sort();
-        v
+    /// Every statement tinyq ran or keeps on this connection, for `tq_statements`: its
+    /// SQL, how many prepared copies the cache holds, and the work done by all its runs.
+    pub fn statements(&self) -> Vec<(String, i64, [i64; 3])> {
+        let cache = self.cache.borrow();
+        let work = self.work.borrow();
+        let mut keys: Vec<SqlKey> = cache.keys().chain(work.keys()).copied().collect();
+        keys.sort_by_key(|k| k.0);
+        keys.dedup();
+        keys.iter()
+            .map(|k| {
+                let held = cache.get(k).map_or(0, |l| l.len() as i64);
+                (k.0.to_string(), held, work.get(k).copied().unwrap_or_default())
+            })
+            .collect()
     }
 
     pub(crate) fn give_back(&self, sql: &'static str, raw: *mut sqlite3_stmt) {
+        // SQLITE_STMTSTATUS_VM_STEP, _FULLSCAN_STEP, _SORT; read and reset, so each run counts once.
+        const COUNTERS: [c_int; 3] = [4, 1, 2];
+        let mut done = [0i64; 3];
+        for (slot, op) in done.iter_mut().zip(COUNTERS) {
+            *slot = unsafe { sql!(stmt_status(raw, op, 1)) } as i64;
+        }
+        if let Ok(mut work) = self.work.try_borrow_mut() {
+            let sum = work.entry(SqlKey(sql)).or_default();
+            for (s, d) in sum.iter_mut().zip(done) {
+                *s += d;
+            }
+        }
         unsafe {
             sql!(reset(raw));
             sql!(clear_bindings(raw));

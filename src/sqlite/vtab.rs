@@ -341,12 +341,22 @@ pub struct Statements;
 
 impl TableFn for Statements {
     const NAME: &'static str = "tq_statements";
-    const SCHEMA: &'static str = "CREATE TABLE x(sql TEXT, cached INTEGER)";
-    const VISIBLE: usize = 2;
+    // The counters are the sums over every run on this connection of what SQLite's
+    // sqlite3_stmt_status reports: virtual machine steps, steps of full scans, sorts.
+    const SCHEMA: &'static str =
+        "CREATE TABLE x(sql TEXT, cached INTEGER, vm_steps INTEGER, fullscan_steps INTEGER, sorts INTEGER)";
+    const VISIBLE: usize = 5;
     const FILTERS: &'static [usize] = &[];
     const DIRECT_ONLY: bool = false;
     fn rows(conn: &Rc<Conn>, _: &[Option<Val>]) -> Result<Rows> {
-        Ok(Rows::list(conn.cached_sql().into_iter().map(|(s, n)| vec![Val::Text(s), Val::Int(n)]).collect()))
+        Ok(Rows::list(
+            conn.statements()
+                .into_iter()
+                .map(|(s, n, [vm, scan, sort])| {
+                    vec![Val::Text(s), Val::Int(n), Val::Int(vm), Val::Int(scan), Val::Int(sort)]
+                })
+                .collect(),
+        ))
     }
     fn connect(conn: &Conn) {
         conn.cache_hooked.set(true);

@@ -1,0 +1,245 @@
+"""COST-01: the work of a claim, a settle, tq_get and tq_stats does not grow with the store.
+
+Work is what SQLite counts for tinyq's own statements (sqlite3_stmt_status: virtual
+machine steps, full-scan steps, sorts), summed over every statement tinyq ran, as the
+`tq_statements` table reports it. It does not depend on the machine or its load, so
+these tests cannot flake. Each case is built at 1,000 and at 100,000 jobs and the same
+calls are measured on both; the bigger store may cost a few more steps (a deeper b-tree:
+the logarithmic factor the rule allows), never more than SMALL_FACTOR times.
+"""
+import json
+
+import pytest
+
+from conftest import connect, one
+
+NOW = 1_900_000_000_000
+SMALL, BIG = 1_000, 100_000
+SMALL_FACTOR = 1.5
+ROUNDS = 8  # two full turns of the claim's sweep (it looks at one kind of row per claim)
+
+
+def work(db):
+    """(VM steps, full-scan steps, sorts) done so far by tinyq's statements on db."""
+    return db.execute("SELECT total(vm_steps), total(fullscan_steps), total(sorts) FROM tq_statements").fetchone()
+
+
+def measured(db, calls):
+    before = work(db)
+    for sql, args in calls():
+        db.execute(sql, args).fetchall()
+    after = work(db)
+    return tuple(int(a - b) for a, b in zip(after, before))
+
+
+def fill(db, n, queue, options_sql="'{}'"):
+    """n jobs added in one transaction, by one statement over a counter."""
+    db.execute("BEGIN IMMEDIATE")
+    db.execute(
+        "WITH RECURSIVE c(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM c WHERE i < ?) "
+        f"SELECT count(tq_add(?, json_object('n', i), {options_sql})) FROM c", (n, queue))
+    db.execute("COMMIT")
+
+
+def store(tmp_path, name):
+    db = connect(str(tmp_path / f"{name}.db"))
+    one(db, "SELECT tq_clock(?)", NOW)
+    return db
+
+
+def claim_settle(queue, add_options=None):
+    """Calls: (an add of a free tenant's job, untimed in spirit but counted alike), a claim of 1, its settle."""
+    def calls():
+        for _ in range(ROUNDS):
+            if add_options is not None:
+                yield "SELECT tq_add(?, '{}', ?)", (queue, add_options)
+            yield ("SELECT tq_settle(id, attempt, 'done') FROM (SELECT id, attempt FROM tq_claim(?, 'w', 1))",
+                   (queue,))
+    return calls
+
+
+def full_group(tmp_path, n):
+    """One tenant with n jobs in a full group (group_concurrency 1); a free tenant claims."""
+    db = store(tmp_path, f"full{n}")
+    one(db, "SELECT tq_queue('q', '{\"group_concurrency\": 1}')")
+    fill(db, n, "q", "'{\"group\": \"big\"}'")
+    one(db, "SELECT count(*) FROM tq_claim('q', 'w', 1)")  # the big tenant's one lease: its group is full
+    return db, claim_settle("q", '{"group": "free"}')
+
+
+def full_group_drains(tmp_path, n):
+    """The big tenant's own turn: each claim takes a head of its group and, while the group
+    has room (group_concurrency 2), finds the next of its n set-aside jobs to follow. They
+    were all added at one time, so that next one is found by seq among equal times."""
+    db = store(tmp_path, f"drain{n}")
+    one(db, "SELECT tq_queue('q', '{\"group_concurrency\": 2}')")
+    fill(db, n, "q", "'{\"group\": \"big\"}'")
+    return db, claim_settle("q")
+
+
+def many_full_groups(tmp_path, n):
+    """n/100 full groups of 100 jobs each."""
+    db = store(tmp_path, f"groups{n}")
+    one(db, "SELECT tq_queue('q', '{\"group_concurrency\": 1}')")
+    fill(db, n, "q", "json_object('group', 'g' || (i % ?3))".replace("?3", str(n // 100)))
+    assert one(db, "SELECT count(*) FROM tq_claim('q', 'w', 1000, '{\"lease\": \"1d\"}')") == n // 100
+    return db, claim_settle("q", '{"group": "free"}')
+
+
+def rate_window(tmp_path, n):
+    """A queue whose rate window ('N00/1d') holds n starts."""
+    db = store(tmp_path, f"rate{n}")
+    one(db, "SELECT tq_queue('r', json_object('rate', ? || '/1d'))", n * 100)
+    fill(db, n, "r")
+    while one(db, "SELECT count(*) FROM tq_claim('r', 'w', 1000, '{\"lease\": \"1d\"}')"):
+        pass
+    assert one(db, "SELECT started_in_window FROM tq_stats('r')") == n
+    return db, claim_settle("r", "{}")
+
+
+def plain(tmp_path, n):
+    db = store(tmp_path, f"plain{n}")
+    fill(db, n, "p")
+    return db, claim_settle("p", "{}")
+
+
+def last_waiting(tmp_path, n):
+    """tq_get (its ahead) of the last of n waiting jobs."""
+    db = store(tmp_path, f"get{n}")
+    fill(db, n, "g")
+    one(db, "SELECT tq_add('g', '{}', '{\"id\": \"last\"}')")
+    assert one(db, "SELECT tq_get('last') ->> 'ahead'") == n
+    return db, lambda: [("SELECT tq_get('last')", ())] * ROUNDS
+
+
+def stats(tmp_path, n):
+    """tq_stats('q') over n waiting jobs (some of them parked in full groups, some scheduled)."""
+    db = store(tmp_path, f"stats{n}")
+    one(db, "SELECT tq_queue('s', '{\"group_concurrency\": 1, \"rate\": \"1000000/1d\"}')")
+    fill(db, n, "s", "json_object('group', 'g' || (i % 10), 'priority', i % 3)")
+    one(db, "SELECT count(*) FROM tq_claim('s', 'w', 100, '{\"lease\": \"1d\"}')")
+    row = db.execute("SELECT waiting, running FROM tq_stats('s')").fetchone()
+    assert row == (n - 10, 10)
+    return db, lambda: [("SELECT * FROM tq_stats('s')", ())] * ROUNDS
+
+
+CASES = {
+    "full_group": full_group,
+    "full_group_drains": full_group_drains,
+    "many_full_groups": many_full_groups,
+    "rate_window": rate_window,
+    "get_last_waiting": last_waiting,
+    "stats": stats,
+    "plain_claim": plain,
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_COST_01_work_does_not_grow_from_1k_to_100k(tmp_path, case):
+    costs = {}
+    for n in (SMALL, BIG):
+        db, calls = CASES[case](tmp_path, n)
+        measured(db, calls)  # a first round warms the statement cache and settles counters
+        costs[n] = measured(db, calls)
+        db.close()
+    (vm_small, scan_small, sort_small), (vm_big, scan_big, sort_big) = costs[SMALL], costs[BIG]
+    assert vm_small > 0
+    assert vm_big <= vm_small * SMALL_FACTOR, (case, costs)
+    # No full scan and no sort appears at scale that was not there at 1,000 already.
+    assert scan_big <= scan_small * SMALL_FACTOR + 10, (case, costs)
+    assert sort_big <= sort_small, (case, costs)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_COST_01_set_aside_groups_still_claim_in_order_within_every_limit(tmp_path, seed):
+    """The claim walks only the heads of groups with room; what it takes must be exactly
+    what a walk over every waiting job would take (JOB-01 order, LIM-01, LIM-02), through
+    adds, claims, every outcome, cancels, the clock moving and limits changing."""
+    import random
+    rnd = random.Random(seed)
+    db = store(tmp_path, f"model{seed}")
+    now = NOW
+    settings = {}
+    starts = []  # (group, at) of every claim, for the model's rate windows
+    # One group rate per run: without a rate, tinyq may trim its log of starts at any claim.
+    group_rate = rnd.choice(["2/5s", "3/2s", None])
+
+    def set_limits():
+        nonlocal settings
+        settings = {"group_concurrency": rnd.choice([1, 2, 3, None]), "group_rate": group_rate,
+                    "concurrency": rnd.choice([4, 6, None]), "lease": "1h", "backoff": "1s"}
+        one(db, "SELECT tq_queue('m', ?)", json.dumps(settings))
+
+    def window(rate):
+        n, ms = rate.split("/")
+        return int(n), {"5s": 5000, "2s": 2000}[ms]
+
+    def expected(n):
+        waiting = db.execute(
+            "SELECT j.id, j.grp FROM tq_jobs t JOIN tinyq_jobs j ON j.id = t.id"
+            " WHERE t.queue = 'm' AND t.state = 'waiting' ORDER BY j.priority DESC, j.run_at, j.seq").fetchall()
+        running = db.execute("SELECT group_key FROM tq_jobs WHERE queue = 'm' AND state = 'running'").fetchall()
+        per_group = {}
+        for (g,) in running:
+            per_group[g] = per_group.get(g, 0) + 1
+        room = n if settings["concurrency"] is None else min(n, settings["concurrency"] - len(running))
+        recent = {}
+        if settings["group_rate"]:
+            limit, ms = window(settings["group_rate"])
+            for g, at in starts:
+                if at > now - ms and g is not None:
+                    recent[g] = recent.get(g, 0) + 1
+        out = []
+        for jid, g in waiting:
+            if len(out) >= room:
+                break
+            if g is not None:
+                if settings["group_concurrency"] is not None and per_group.get(g, 0) >= settings["group_concurrency"]:
+                    continue
+                if settings["group_rate"] and recent.get(g, 0) >= window(settings["group_rate"])[0]:
+                    continue
+                per_group[g] = per_group.get(g, 0) + 1
+                recent[g] = recent.get(g, 0) + 1
+            out.append(jid)
+        return out
+
+    set_limits()
+    for step in range(400):
+        op = rnd.random()
+        if op < 0.4:
+            opts = {"priority": rnd.choice([-1, 0, 0, 1])}
+            group = rnd.choice(["a", "b", "c", "d", None])
+            if group:
+                opts["group"] = group
+            if rnd.random() < 0.2:
+                opts["delay"] = rnd.choice([500, 3000])
+            one(db, "SELECT tq_add('m', '{}', ?)", json.dumps(opts))
+        elif op < 0.7:
+            n = rnd.randint(1, 4)
+            want = expected(n)
+            got = [r[0] for r in db.execute("SELECT id, group_key FROM tq_claim('m', 'w', ?)", (n,)).fetchall()]
+            assert got == want, (seed, step, settings)
+            for jid in got:  # tinyq logs starts only while a rate is set
+                if settings["group_rate"]:
+                    starts.append((one(db, "SELECT tq_get(?) ->> 'group'", jid), now))
+        elif op < 0.85:
+            row = db.execute("SELECT id, attempt FROM tq_jobs WHERE queue = 'm' AND state = 'running'"
+                             " ORDER BY random() LIMIT 1").fetchone()
+            if row:
+                outcome, value = rnd.choice([("done", None), ("error", "boom"), ("retry", "0ms"),
+                                             ("snooze", "1s"), ("fail", "no")])
+                assert one(db, "SELECT tq_settle(?, ?, ?, ?)", row[0], row[1], outcome, value) == 1
+        elif op < 0.92:
+            row = db.execute("SELECT id FROM tq_jobs WHERE queue = 'm' AND (state = 'waiting' OR state = 'running')"
+                             " ORDER BY random() LIMIT 1").fetchone()
+            if row:
+                assert one(db, "SELECT tq_cancel(?)", row[0]) == 1
+        elif op < 0.98:
+            now += rnd.choice([300, 1000, 2500])
+            one(db, "SELECT tq_clock(?)", now)
+        else:
+            set_limits()
+        stats = db.execute("SELECT waiting, running FROM tq_stats('m')").fetchone()
+        assert stats == (one(db, "SELECT count(*) FROM tq_jobs WHERE queue = 'm' AND state = 'waiting'"),
+                         one(db, "SELECT count(*) FROM tq_jobs WHERE queue = 'm' AND state = 'running'"))
+    db.close()
