@@ -11,7 +11,8 @@ rest away:
 - The -shm file needs no durability (SQLite rebuilds it from the WAL): it is not kept.
 - A delete is taken as durable at once.
 
-The same VFS can also refuse writes past a byte budget with SQLITE_FULL (a full disk), and
+The same VFS can also refuse writes that grow a file past a byte budget with SQLITE_FULL (a
+full disk: overwriting in place needs no space), and
 refuse truncating the -wal (a WAL that cannot be truncated): `Disk.space` and
 `Disk.no_truncate`.
 
@@ -102,10 +103,11 @@ class CutFile(apsw.VFSFile):
 
     def xWrite(self, data, offset):
         if self.durable and self.disk.space is not None:
-            if len(data) > self.disk.space:
+            grow = max(0, offset + len(data) - super().xFileSize())   # overwrites need no space
+            if grow > self.disk.space:
                 self.disk.refused["write"] += 1
                 raise apsw.FullError("simulated: no space left on device")
-            self.disk.space -= len(data)
+            self.disk.space -= grow
         super().xWrite(data, offset)
         if self.durable:
             self.disk.pending[self.path].append(("w", offset, bytes(data)))
