@@ -1,0 +1,311 @@
+#!/usr/bin/python3
+"""The soak: many real processes on one store for a long while, audited from tq_watch.
+
+    /usr/bin/python3 tests/soak.py [--seconds 600]      (make soak)
+    tests/test_soak.py runs it for 60 s inside make test.
+
+On queue `soak` (lease 3s, concurrency 6, rate 60/1s, group_concurrency 2, backoff 50ms,
+dedupe and keep of a few seconds, so that the store must stay bounded by sweeping):
+- producers: one Python (tinyq.Queue) and one Node process add jobs of every kind (ok,
+  steps with progress, retry, snooze, error, fail) in 5 groups, some delayed, some with a
+  priority, while the backlog is under 150, and cancel some recent ones;
+- 8 workers (5 Python `Queue.work`, 3 Node `work`, 2 handlers each), one SIGKILLed at
+  random every few seconds and started again;
+- this process: tails tq_watch (the audit's only source), reads each done job's result,
+  `tq_retry`s every job that failed for good, sweeps, and samples every process's RSS and
+  the file's size.
+At the end producers stop, the backlog drains, workers get SIGTERM, and the audit checks:
+every job added ends done or cancelled (nothing lost, nothing stuck); each event once, in
+order; no step's work done again by an attempt after the one whose answer was kept (no
+double effect); at no point more running than concurrency (per queue and per group), nor
+more starts in a second than the rate; every process's memory and the file stay bounded.
+"""
+import argparse
+import json
+import os
+import random
+import shutil
+import signal
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
+from conftest import EXT, connect  # noqa: E402
+
+QUEUE = "soak"
+CONCURRENCY, RATE, GROUP_CONCURRENCY = 6, (60, 1000), 2
+FINAL = ("done", "cancelled")
+MB = 1 << 20
+
+
+class Soak:
+    def __init__(self, seconds, folder, seed=1, out=print):
+        self.seconds, self.folder, self.out = seconds, folder, out
+        self.rnd = random.Random(seed)
+        self.db = os.path.join(folder, "soak.db")
+        self.stop_file = os.path.join(folder, "stop")
+        self.procs = {}         # pid -> dict(popen, kind, role, log)
+        self.events, self.since = [], 0
+        self.results = {}       # id -> result of its done event
+        self.retried = set()
+        self.kills = 0
+        self.rss = {}           # pid -> [(t, kB)]
+        self.sizes = []         # (t, bytes of db + wal)
+        self.spawned = 0
+        self.bad_exits = []
+
+    # ---- processes
+    def spawn(self, kind, role):
+        self.spawned += 1
+        log = os.path.join(self.folder, f"{role}-{kind}-{self.spawned}.log")
+        env = dict(os.environ, TINYQ_EXT=EXT)
+        seed = str(self.rnd.randrange(1 << 30))
+        if kind == "py":
+            args = ["/usr/bin/python3", os.path.join(HERE, "soak_worker.py"), role, self.db, log, seed]
+        else:
+            args = ["node", os.path.join(HERE, "soak_worker.js"), role, self.db, log, seed]
+        if role == "producer":
+            args.append(self.stop_file)
+        err = open(log + ".err", "w")
+        p = subprocess.Popen(args, env=env, stdout=err, stderr=err)
+        err.close()
+        self.procs[p.pid] = dict(popen=p, kind=kind, role=role, log=log)
+        return p
+
+    def live_workers(self):
+        return [i for i in self.procs.values() if i["role"] == "worker" and i["popen"].poll() is None]
+
+    def reap(self):
+        for info in self.procs.values():
+            rc = info["popen"].poll()
+            if rc not in (None, 0, -signal.SIGKILL) and not info.get("reported"):
+                info["reported"] = True
+                self.bad_exits.append((info["kind"], info["role"], rc, open(info["log"] + ".err").read()[-1500:]))
+
+    def kill_one(self):
+        victim = self.rnd.choice(self.live_workers())
+        victim["popen"].send_signal(signal.SIGKILL)
+        victim["popen"].wait()
+        victim["killed"] = True
+        self.kills += 1
+        self.spawn(victim["kind"], "worker")
+
+    # ---- observing
+    def tail(self, conn):
+        while True:
+            batch = conn.execute("SELECT seq, id, state, attempt, at, detail FROM tq_watch(?, ?)",
+                                 (self.since, QUEUE)).fetchall()
+            if not batch:
+                return
+            for seq, jid, state, attempt, at, detail in batch:
+                self.events.append((seq, jid, state, attempt, at, detail))
+                if state == "done":
+                    job = conn.execute("SELECT tq_get(?)", (jid,)).fetchone()[0]
+                    if job is not None:
+                        self.results[jid] = json.loads(job)["result"]
+                elif state == "failed" and jid not in self.retried:
+                    self.retried.add(jid)
+                    conn.execute("SELECT tq_retry(?)", (jid,)).fetchone()
+            self.since = batch[-1][0]
+
+    def sample(self, t):
+        for pid, info in self.procs.items():
+            if info["popen"].poll() is None:
+                try:
+                    with open(f"/proc/{pid}/status") as f:
+                        kb = next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
+                except (OSError, StopIteration):
+                    continue
+                self.rss.setdefault(pid, []).append((t, kb))
+        size = sum(os.path.getsize(self.db + s) for s in ("", "-wal") if os.path.exists(self.db + s))
+        self.sizes.append((t, size))
+        live = [self.rss[p][-1][1] for p, i in self.procs.items() if i["popen"].poll() is None and p in self.rss]
+        self.out(f"soak t={t:5.0f}s events={len(self.events):6d} kills={self.kills:3d} "
+                 f"file={size / MB:5.1f} MB  RSS MB: " + " ".join(f"{kb / 1024:.0f}" for kb in live))
+
+    # ---- the run
+    def run(self):
+        conn = connect(self.db)
+        ret = "5s" if self.seconds <= 120 else "20s"
+        conn.execute("SELECT tq_queue(?, ?)", (QUEUE, json.dumps({
+            "lease": "3s", "concurrency": CONCURRENCY, "rate": f"{RATE[0]}/1s",
+            "group_concurrency": GROUP_CONCURRENCY, "backoff": "50ms", "backoff_max": "1s",
+            "dedupe": ret, "keep": ret}))).fetchone()
+        for kind in ("py", "js"):
+            self.spawn(kind, "producer")
+        for kind in ["py"] * 5 + ["js"] * 3:
+            self.spawn(kind, "worker")
+        start = time.monotonic()
+        next_kill = start + self.rnd.uniform(2, 5)
+        next_sample = next_sweep = start
+        try:
+            while time.monotonic() - start < self.seconds:
+                now = time.monotonic()
+                self.tail(conn)
+                self.reap()
+                if now >= next_kill:
+                    self.kill_one()
+                    next_kill = now + self.rnd.uniform(2, 5)
+                if now >= next_sweep:
+                    conn.execute("SELECT tq_sweep()").fetchone()
+                    next_sweep = now + 2
+                if now >= next_sample:
+                    self.sample(now - start)
+                    next_sample = now + (5 if self.seconds <= 120 else 30)
+                time.sleep(0.2)
+            open(self.stop_file, "w").close()
+            for info in self.procs.values():
+                if info["role"] == "producer":
+                    info["popen"].wait(timeout=30)
+            added = self.added()
+            drain_until = time.monotonic() + 90
+            while time.monotonic() < drain_until:
+                self.tail(conn)
+                if all(self.final_state(j) in FINAL for j in added):
+                    break
+                time.sleep(0.3)
+            self.sample(time.monotonic() - start)
+        finally:
+            open(self.stop_file, "w").close()
+            for info in self.live_workers():
+                info["popen"].send_signal(signal.SIGTERM)
+            for info in self.procs.values():
+                try:
+                    info["popen"].wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    info["popen"].kill()
+                    info["popen"].wait()
+            self.reap()
+            self.tail(conn)
+            conn.close()
+        return self.audit()
+
+    # ---- the audit
+    def records(self, role=None):
+        for info in self.procs.values():
+            if role is not None and info["role"] != role:
+                continue
+            with open(info["log"]) as f:
+                for line in f:
+                    if line.endswith("\n"):
+                        yield json.loads(line)
+
+    def added(self):
+        return {r["id"]: r for r in self.records("producer") if r["ev"] == "add"}
+
+    def final_state(self, jid):
+        states = self._by_id().get(jid)
+        return states[-1][2] if states else None
+
+    def _by_id(self):
+        if getattr(self, "_by_id_n", None) != len(self.events):
+            by = {}
+            for e in self.events:
+                if e[2] != "progress":
+                    by.setdefault(e[1], []).append(e)
+            self._by_id_cache, self._by_id_n = by, len(self.events)
+        return self._by_id_cache
+
+    def audit(self):
+        problems = []
+        assert not self.bad_exits, f"a process failed: {self.bad_exits}"
+        added = self.added()
+        seqs = [e[0] for e in self.events]
+        assert seqs == sorted(set(seqs)), "tq_watch gave an event twice or out of order"
+        unknown = {e[1] for e in self.events} - set(added)
+        assert not unknown, f"events for ids no producer added: {sorted(unknown)[:5]}"
+        not_final = {j: self.final_state(j) for j in added if self.final_state(j) not in FINAL}
+        assert not not_final, f"{len(not_final)} jobs lost or stuck: {list(not_final.items())[:5]}"
+        cancels = {r["id"] for r in self.records("producer") if r["ev"] == "cancel" and r["r"] == 1}
+        cancelled = {j for j in added if self.final_state(j) == "cancelled"}
+        assert cancelled == cancels, "cancelled jobs differ from the cancels that returned 1"
+        # limits, replayed in commit order
+        running, starts, most, most_group, most_rate = {}, [], 0, 0, 0
+        for seq, jid, state, attempt, at, _ in self.events:
+            if state == "progress":
+                continue
+            running.pop(jid, None)
+            if state == "running":
+                group = added[jid]["group"]
+                running[jid] = group
+                starts.append(at)
+                most = max(most, len(running))
+                most_group = max(most_group, sum(1 for g in running.values() if g == group))
+                in_window = sum(1 for t in starts[-RATE[0] - 5:] if at - RATE[1] < t <= at)
+                most_rate = max(most_rate, in_window)
+        assert most <= CONCURRENCY, f"{most} running at once (concurrency {CONCURRENCY})"
+        assert most_group <= GROUP_CONCURRENCY, f"{most_group} running in one group"
+        assert most_rate <= RATE[0], f"{most_rate} starts within {RATE[1]} ms (rate {RATE[0]})"
+        # steps: no attempt after the one whose answer was kept did the work again
+        effects = {}
+        for r in self.records("worker"):
+            if r["ev"] == "effect":
+                effects.setdefault((r["id"], r["step"]), []).append(r["attempt"])
+        step_jobs = [j for j, r in added.items() if r["kind"] == "steps" and self.final_state(j) == "done"]
+        redone = earlier = unread = reused = 0
+        for j in step_jobs:
+            res = self.results.get(j)
+            if res is None:
+                unread += 1
+                continue
+            res = json.loads(res) if isinstance(res, str) else res
+            for step in ("a", "b"):
+                kept_attempt = int(res[step].split(":")[0])
+                done_at = effects.get((j, step), [])
+                assert kept_attempt in done_at, f"{j} step {step}: kept answer from an attempt that never did it"
+                redone += sum(1 for a in done_at if a > kept_attempt)
+                reused += self._by_id()[j][-1][3] > kept_attempt     # a later attempt got it back
+                earlier += sum(1 for a in done_at if a < kept_attempt)
+        assert redone == 0, f"{redone} steps done again after their answer was kept"
+        assert unread <= max(2, len(step_jobs) // 50), f"{unread} step jobs' results not read in time"
+        # memory and size
+        for pid, series in self.rss.items():
+            kbs = [kb for _, kb in series]
+            assert max(kbs) < 400 * 1024, f"process {pid} reached {max(kbs) / 1024:.0f} MB"
+            if len(kbs) >= 4:
+                base = kbs[len(kbs) // 3]
+                assert kbs[-1] <= base * 1.5 + 30 * 1024, f"process {pid} grew: {kbs}"
+        sizes = [s for _, s in self.sizes]
+        assert max(sizes) < 100 * MB, f"the file reached {max(sizes) / MB:.0f} MB"
+        if len(sizes) >= 4:
+            base = max(sizes[len(sizes) // 3], 1)
+            assert sizes[-1] <= 2 * base + 8 * MB, f"the file kept growing: {sizes}"
+        kinds = {}
+        for r in added.values():
+            kinds[r["kind"]] = kinds.get(r["kind"], 0) + 1
+        by_lang = {k: sum(1 for r in self.records("producer") if r["ev"] == "add" and
+                          self.procs[r["pid"]]["kind"] == k) for k in ("py", "js")}
+        return dict(seconds=self.seconds, added=len(added), by_lang=by_lang, kinds=kinds,
+                    done=sum(1 for j in added if self.final_state(j) == "done"), cancelled=len(cancelled),
+                    retried=len(self.retried), kills=self.kills, processes=self.spawned,
+                    events=len(self.events), most_running=most, most_in_group=most_group,
+                    most_starts_per_s=most_rate, step_jobs=len(step_jobs), steps_redone=redone,
+                    steps_by_killed_attempts=earlier, steps_given_back_to_later_attempts=reused,
+                    max_rss_mb=round(max(kb for s in self.rss.values() for _, kb in s) / 1024),
+                    max_file_mb=round(max(sizes) / MB, 1), final_file_mb=round(sizes[-1] / MB, 1))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--seconds", type=float, default=600)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--keep", action="store_true", help="keep the folder (logs, store)")
+    a = ap.parse_args()
+    folder = tempfile.mkdtemp(prefix="tinyq-soak-")
+    try:
+        report = Soak(a.seconds, folder, a.seed, out=lambda s: print(s, flush=True)).run()
+        print("soak passed: " + json.dumps(report))
+    finally:
+        if a.keep:
+            print(f"kept {folder}")
+        else:
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
