@@ -19,7 +19,6 @@ deps:
 	$(PY) -c 'import apsw' >/dev/null 2>&1 || missing="$$missing python3-apsw"; \
 	$(PY) -c 'import venv, ensurepip' >/dev/null 2>&1 || missing="$$missing python3-venv"; \
 	command -v valgrind >/dev/null 2>&1 || missing="$$missing valgrind"; \
-	command -v faketime >/dev/null 2>&1 || missing="$$missing faketime libfaketime"; \
 	command -v node >/dev/null 2>&1 || missing="$$missing nodejs npm"; \
 	command -v chromedriver >/dev/null 2>&1 || missing="$$missing chromium chromium-driver"; \
 	if [ -n "$$missing" ]; then \

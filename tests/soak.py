@@ -44,8 +44,21 @@ MB = 1 << 20
 
 
 class Soak:
-    def __init__(self, seconds, folder, seed=1, out=print):
+    """`settings`: the queue's (default: the soak's); `env`: added to every child's
+    environment; `kill`: SIGKILL workers at random; `operator`: this process also retries
+    failed jobs and sweeps (it runs on the real clock)."""
+
+    def __init__(self, seconds, folder, seed=1, out=print, settings=None, env=None, kill=True,
+                 operator=True):
         self.seconds, self.folder, self.out = seconds, folder, out
+        self.env, self.kill, self.operator = env or {}, kill, operator
+        ret = "5s" if seconds <= 120 else "20s"
+        self.settings = settings or {
+            "lease": "3s", "concurrency": CONCURRENCY, "rate": f"{RATE[0]}/1s",
+            "group_concurrency": GROUP_CONCURRENCY, "backoff": "50ms", "backoff_max": "1s",
+            "dedupe": ret, "keep": ret}
+        count, per = self.settings["rate"].split("/")
+        self.rate = (int(count), {"1s": 1000, "1m": 60_000}[per])
         self.rnd = random.Random(seed)
         self.db = os.path.join(folder, "soak.db")
         self.stop_file = os.path.join(folder, "stop")
@@ -63,7 +76,7 @@ class Soak:
     def spawn(self, kind, role):
         self.spawned += 1
         log = os.path.join(self.folder, f"{role}-{kind}-{self.spawned}.log")
-        env = dict(os.environ, TINYQ_EXT=EXT)
+        env = dict(os.environ, TINYQ_EXT=EXT, **self.env)
         seed = str(self.rnd.randrange(1 << 30))
         if kind == "py":
             args = ["/usr/bin/python3", os.path.join(HERE, "soak_worker.py"), role, self.db, log, seed]
@@ -91,7 +104,7 @@ class Soak:
         victim = self.rnd.choice(self.live_workers())
         victim["popen"].send_signal(signal.SIGKILL)
         victim["popen"].wait()
-        victim["killed"] = True
+        victim["killed_at"] = time.monotonic()
         self.kills += 1
         self.spawn(victim["kind"], "worker")
 
@@ -108,7 +121,7 @@ class Soak:
                     job = conn.execute("SELECT tq_get(?)", (jid,)).fetchone()[0]
                     if job is not None:
                         self.results[jid] = json.loads(job)["result"]
-                elif state == "failed" and jid not in self.retried:
+                elif state == "failed" and jid not in self.retried and self.operator:
                     self.retried.add(jid)
                     conn.execute("SELECT tq_retry(?)", (jid,)).fetchone()
             self.since = batch[-1][0]
@@ -129,60 +142,76 @@ class Soak:
                  f"file={size / MB:5.1f} MB  RSS MB: " + " ".join(f"{kb / 1024:.0f}" for kb in live))
 
     # ---- the run
-    def run(self):
-        conn = connect(self.db)
-        ret = "5s" if self.seconds <= 120 else "20s"
-        conn.execute("SELECT tq_queue(?, ?)", (QUEUE, json.dumps({
-            "lease": "3s", "concurrency": CONCURRENCY, "rate": f"{RATE[0]}/1s",
-            "group_concurrency": GROUP_CONCURRENCY, "backoff": "50ms", "backoff_max": "1s",
-            "dedupe": ret, "keep": ret}))).fetchone()
+    def start(self):
+        self.conn = connect(self.db)
+        self.conn.execute("SELECT tq_queue(?, ?)", (QUEUE, json.dumps(self.settings))).fetchone()
         for kind in ("py", "js"):
             self.spawn(kind, "producer")
         for kind in ["py"] * 5 + ["js"] * 3:
             self.spawn(kind, "worker")
-        start = time.monotonic()
-        next_kill = start + self.rnd.uniform(2, 5)
-        next_sample = next_sweep = start
-        try:
-            while time.monotonic() - start < self.seconds:
-                now = time.monotonic()
-                self.tail(conn)
-                self.reap()
-                if now >= next_kill:
-                    self.kill_one()
-                    next_kill = now + self.rnd.uniform(2, 5)
-                if now >= next_sweep:
-                    conn.execute("SELECT tq_sweep()").fetchone()
-                    next_sweep = now + 2
-                if now >= next_sample:
-                    self.sample(now - start)
-                    next_sample = now + (5 if self.seconds <= 120 else 30)
-                time.sleep(0.2)
-            open(self.stop_file, "w").close()
-            for info in self.procs.values():
-                if info["role"] == "producer":
-                    info["popen"].wait(timeout=30)
-            added = self.added()
-            drain_until = time.monotonic() + 90
-            while time.monotonic() < drain_until:
-                self.tail(conn)
-                if all(self.final_state(j) in FINAL for j in added):
-                    break
-                time.sleep(0.3)
-            self.sample(time.monotonic() - start)
-        finally:
-            open(self.stop_file, "w").close()
-            for info in self.live_workers():
-                info["popen"].send_signal(signal.SIGTERM)
-            for info in self.procs.values():
-                try:
-                    info["popen"].wait(timeout=30)
-                except subprocess.TimeoutExpired:
-                    info["popen"].kill()
-                    info["popen"].wait()
+        self.t0 = time.monotonic()
+
+    def loop(self, seconds, tick=None):
+        """Tail, kill, sweep and sample for `seconds`; `tick(t)` is called on every round."""
+        end = time.monotonic() + seconds
+        next_kill = time.monotonic() + self.rnd.uniform(2, 5)
+        next_sample = next_sweep = time.monotonic()
+        while time.monotonic() < end:
+            now = time.monotonic()
+            if tick is not None:
+                tick(now - self.t0)
+            self.tail(self.conn)
             self.reap()
-            self.tail(conn)
-            conn.close()
+            assert not self.bad_exits, f"a process failed: {self.bad_exits}"
+            if self.kill and now >= next_kill:
+                self.kill_one()
+                next_kill = now + self.rnd.uniform(2, 5)
+            if self.operator and now >= next_sweep:
+                self.conn.execute("SELECT tq_sweep()").fetchone()
+                next_sweep = now + 2
+            if now >= next_sample:
+                self.sample(now - self.t0)
+                next_sample = now + (5 if self.seconds <= 120 else 30)
+            time.sleep(0.2)
+
+    def drain(self, timeout=90):
+        """Producers stop; wait until every job added is done or cancelled."""
+        open(self.stop_file, "w").close()
+        for info in self.procs.values():
+            if info["role"] == "producer":
+                info["popen"].wait(timeout=30)
+        added = self.added()
+        until = time.monotonic() + timeout
+        while time.monotonic() < until:
+            self.tail(self.conn)
+            if all(self.final_state(j) in FINAL for j in added):
+                break
+            time.sleep(0.3)
+        self.sample(time.monotonic() - self.t0)
+
+    def shutdown(self):
+        open(self.stop_file, "w").close()
+        for info in self.live_workers():
+            info["popen"].send_signal(signal.SIGTERM)
+        for info in self.procs.values():
+            try:
+                info["popen"].wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                info["popen"].kill()
+                info["popen"].wait()
+        self.reap()
+        if getattr(self, "conn", None) is not None:
+            self.tail(self.conn)
+            self.conn.close()
+            self.conn = None
+
+    def run(self):
+        try:
+            self.start()
+            self.loop(self.seconds)
+            self.drain()
+        finally:
+            self.shutdown()
         return self.audit()
 
     # ---- the audit
@@ -224,6 +253,8 @@ class Soak:
         cancels = {r["id"] for r in self.records("producer") if r["ev"] == "cancel" and r["r"] == 1}
         cancelled = {j for j in added if self.final_state(j) == "cancelled"}
         assert cancelled == cancels, "cancelled jobs differ from the cancels that returned 1"
+        done_twice = [j for j, evs in self._by_id().items() if sum(1 for e in evs if e[2] == "done") > 1]
+        assert not done_twice, f"jobs done twice: {done_twice[:5]}"
         # limits, replayed in commit order
         running, starts, most, most_group, most_rate = {}, [], 0, 0, 0
         for seq, jid, state, attempt, at, _ in self.events:
@@ -236,11 +267,11 @@ class Soak:
                 starts.append(at)
                 most = max(most, len(running))
                 most_group = max(most_group, sum(1 for g in running.values() if g == group))
-                in_window = sum(1 for t in starts[-RATE[0] - 5:] if at - RATE[1] < t <= at)
+                in_window = sum(1 for t in starts[-self.rate[0] - 5:] if at - self.rate[1] < t <= at)
                 most_rate = max(most_rate, in_window)
-        assert most <= CONCURRENCY, f"{most} running at once (concurrency {CONCURRENCY})"
-        assert most_group <= GROUP_CONCURRENCY, f"{most_group} running in one group"
-        assert most_rate <= RATE[0], f"{most_rate} starts within {RATE[1]} ms (rate {RATE[0]})"
+        assert most <= self.settings["concurrency"], f"{most} running at once"
+        assert most_group <= self.settings["group_concurrency"], f"{most_group} running in one group"
+        assert most_rate <= self.rate[0], f"{most_rate} starts within {self.rate[1]} ms"
         # steps: no attempt after the one whose answer was kept did the work again
         effects = {}
         for r in self.records("worker"):
@@ -275,6 +306,22 @@ class Soak:
         if len(sizes) >= 4:
             base = max(sizes[len(sizes) // 3], 1)
             assert sizes[-1] <= 2 * base + 8 * MB, f"the file kept growing: {sizes}"
+        # handlers really running at once (the workers' monotonic clocks); a SIGKILL ends its
+        # process's runs when it lands
+        opened, edges = {}, []
+        for r in self.records("worker"):
+            key = (r["pid"], r.get("id"), r.get("attempt"))
+            if r["ev"] == "run":
+                opened[key] = r["t"]
+            elif r["ev"] == "ran" and key in opened:
+                edges += [(opened.pop(key), 1), (r["t"], -1)]
+        for (pid, _, _), t in opened.items():
+            edges += [(t, 1), (self.procs[pid].get("killed_at", float("inf")), -1)]
+        edges.sort()
+        overlap = most_overlap = 0
+        for _, d in edges:
+            overlap += d
+            most_overlap = max(most_overlap, overlap)
         kinds = {}
         for r in added.values():
             kinds[r["kind"]] = kinds.get(r["kind"], 0) + 1
@@ -283,7 +330,7 @@ class Soak:
         return dict(seconds=self.seconds, added=len(added), by_lang=by_lang, kinds=kinds,
                     done=sum(1 for j in added if self.final_state(j) == "done"), cancelled=len(cancelled),
                     retried=len(self.retried), kills=self.kills, processes=self.spawned,
-                    events=len(self.events), most_running=most, most_in_group=most_group,
+                    events=len(self.events), most_running=most, most_handlers_at_once=most_overlap, most_in_group=most_group,
                     most_starts_per_s=most_rate, step_jobs=len(step_jobs), steps_redone=redone,
                     steps_by_killed_attempts=earlier, steps_given_back_to_later_attempts=reused,
                     max_rss_mb=round(max(kb for s in self.rss.values() for _, kb in s) / 1024),

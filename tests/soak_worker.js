@@ -7,8 +7,10 @@ const fs = require('fs');
 const path = require('path');
 const tinyq = require(path.join(__dirname, '..', 'node', 'index.js'));
 
-const KINDS = [...Array(5).fill('ok'), ...Array(3).fill('steps'), 'retry', 'snooze', 'error', 'fail'];
-const QUEUE = 'soak';
+const KINDS = (process.env.TINYQ_SOAK_KINDS || 'ok,ok,ok,ok,ok,steps,steps,steps,retry,snooze,error,fail').split(',');
+const QUEUE = process.env.TINYQ_SOAK_QUEUE || 'soak';
+const P_CANCEL = Number(process.env.TINYQ_SOAK_CANCELS || 0.03); // per producer round
+const monotonic = () => Number(process.hrtime.bigint()) / 1e9; // CLOCK_MONOTONIC, as Python's
 const [role, db, logPath, seedText, stop] = process.argv.slice(2);
 
 let seed = Number(seedText) >>> 0;
@@ -31,8 +33,16 @@ async function worker() {
     return `${run.attempt}:${process.pid}`;
   };
   log({ ev: 'start', role: 'worker' });
-  await q.work(async (payload, run) => {
+  const handle = async (payload, run) => {
     await sleep(5 + random() * 35);
+    if (payload.k === 'slow') { // longer than the lease: renewed while it runs
+      for (let pct = 0; pct < 100; pct += 20) {
+        if (run.cancelled) return null; // cancelled, timed out or taken: stop
+        run.progress({ pct });
+        await sleep(500);
+      }
+      return { slow: true };
+    }
     if (payload.k === 'steps') {
       const a = await run.step('a', () => effect(run, 'a'));
       run.progress({ pct: 50 });
@@ -47,6 +57,14 @@ async function worker() {
       if (payload.k === 'fail') run.fail('failed for good (the soak retries it)');
     }
     return { by: process.pid };
+  };
+  await q.work(async (payload, run) => {
+    log({ ev: 'run', id: run.id, attempt: run.attempt, t: monotonic() });
+    try {
+      return await handle(payload, run);
+    } finally {
+      log({ ev: 'ran', id: run.id, attempt: run.attempt, t: monotonic() });
+    }
   }, { concurrency: 2, poll: 200, handleSignals: true });
   log({ ev: 'stopped' });
 }
@@ -68,7 +86,7 @@ async function producer() {
       log({ ev: 'add', id, kind, group });
       recent = [...recent, id].slice(-20);
     }
-    if (recent.length && random() < 0.03) {
+    if (recent.length && random() < P_CANCEL) {
       const id = pickFrom(recent);
       log({ ev: 'cancel', id, r: q.cancel(id) ? 1 : 0 });
     }

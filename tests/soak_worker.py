@@ -4,7 +4,8 @@
     soak_worker.py worker   DB LOG SEED    Queue.work(handler, concurrency=2) until SIGTERM
     soak_worker.py producer DB LOG SEED    adds jobs (and cancels some) until the stop file
 
-A job's payload says what its handler does: "ok"; "retry", "snooze", "error", "fail" on
+A job's payload says what its handler does: "ok"; "slow" (2.5 s, past its lease, with
+progress); "retry", "snooze", "error", "fail" on
 its first attempt (then ok); "steps": two steps (each step's work logged as an *effect*,
 with its attempt) and progress in between. Every line of LOG is JSON, written with one
 os.write (survives a SIGKILL right after).
@@ -19,8 +20,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "python"))
 import tinyq  # noqa: E402
 
-KINDS = ["ok"] * 5 + ["steps"] * 3 + ["retry", "snooze", "error", "fail"]
-QUEUE = "soak"
+KINDS = (os.environ.get("TINYQ_SOAK_KINDS") or "ok,ok,ok,ok,ok,steps,steps,steps,retry,snooze,error,fail").split(",")
+QUEUE = os.environ.get("TINYQ_SOAK_QUEUE") or "soak"
+P_CANCEL = float(os.environ.get("TINYQ_SOAK_CANCELS") or 0.03)     # per producer round
 
 
 class Log:
@@ -40,8 +42,23 @@ def worker(db, log, rnd):
         return "%d:%d" % (run.attempt, os.getpid())
 
     def handler(payload, run):
+        # each run's start and end on the monotonic clock (which a wall-clock jump leaves alone)
+        log(ev="run", id=run.id, attempt=run.attempt, t=time.monotonic())
+        try:
+            return handle(payload, run)
+        finally:
+            log(ev="ran", id=run.id, attempt=run.attempt, t=time.monotonic())
+
+    def handle(payload, run):
         kind = payload["k"]
         time.sleep(rnd.uniform(0.005, 0.04))
+        if kind == "slow":                  # longer than the lease: renewed while it runs
+            for pct in range(0, 100, 20):
+                if run.cancelled:               # cancelled, timed out or taken: stop
+                    return None
+                run.progress({"pct": pct})
+                time.sleep(0.5)
+            return {"slow": True}
         if kind == "steps":
             a = run.step("a", lambda: effect(run, "a"))
             run.progress({"pct": 50})
@@ -83,7 +100,7 @@ def producer(db, log, rnd, stop):
             jid = q.add({"k": kind, "n": n}, **opts)
             log(ev="add", id=jid, kind=kind, group=group)
             recent = (recent + [jid])[-20:]
-        if recent and rnd.random() < 0.03:
+        if recent and rnd.random() < P_CANCEL:
             jid = rnd.choice(recent)
             log(ev="cancel", id=jid, r=int(q.cancel(jid)))
         time.sleep(rnd.uniform(0.01, 0.05))
