@@ -10,7 +10,8 @@ dedupe and keep of a few seconds, so that the store must stay bounded by sweepin
   steps with progress, retry, snooze, error, fail) in 5 groups, some delayed, some with a
   priority, while the backlog is under 150, and cancel some recent ones;
 - 8 workers (5 Python `Queue.work`, 3 Node `work`, 2 handlers each), one SIGKILLed at
-  random every few seconds and started again;
+  random every few seconds and started again, except one Python and one Node worker that
+  live through the whole run (so their memory is watched for all of it);
 - this process: tails tq_watch (the audit's only source), reads each done job's result,
   `tq_retry`s every job that failed for good, sweeps, and samples every process's RSS and
   the file's size.
@@ -90,8 +91,9 @@ class Soak:
         self.procs[p.pid] = dict(popen=p, kind=kind, role=role, log=log)
         return p
 
-    def live_workers(self):
-        return [i for i in self.procs.values() if i["role"] == "worker" and i["popen"].poll() is None]
+    def live_workers(self, killable=False):
+        return [i for i in self.procs.values() if i["role"] == "worker" and i["popen"].poll() is None
+                and not (killable and i.get("spared"))]
 
     def reap(self):
         for info in self.procs.values():
@@ -101,7 +103,7 @@ class Soak:
                 self.bad_exits.append((info["kind"], info["role"], rc, open(info["log"] + ".err").read()[-1500:]))
 
     def kill_one(self):
-        victim = self.rnd.choice(self.live_workers())
+        victim = self.rnd.choice(self.live_workers(killable=True))
         victim["popen"].send_signal(signal.SIGKILL)
         victim["popen"].wait()
         victim["killed_at"] = time.monotonic()
@@ -147,8 +149,10 @@ class Soak:
         self.conn.execute("SELECT tq_queue(?, ?)", (QUEUE, json.dumps(self.settings))).fetchone()
         for kind in ("py", "js"):
             self.spawn(kind, "producer")
-        for kind in ["py"] * 5 + ["js"] * 3:
-            self.spawn(kind, "worker")
+        for n, kind in enumerate(["py"] * 5 + ["js"] * 3):
+            p = self.spawn(kind, "worker")
+            if n in (0, 5):         # one Python and one Node worker live through the whole run
+                self.procs[p.pid]["spared"] = True
         self.t0 = time.monotonic()
 
     def loop(self, seconds, tick=None):
@@ -322,6 +326,10 @@ class Soak:
         for _, d in edges:
             overlap += d
             most_overlap = max(most_overlap, overlap)
+        whole_run = {f"{i['role']}-{i['kind']}" + ("-spared" if i.get("spared") else ""):
+                     [round(self.rss[pid][k][1] / 1024) for k in (0, len(self.rss[pid]) // 3, -1)]
+                     for pid, i in self.procs.items() if (i["role"] == "producer" or i.get("spared"))
+                     and pid in self.rss}
         kinds = {}
         for r in added.values():
             kinds[r["kind"]] = kinds.get(r["kind"], 0) + 1
@@ -333,7 +341,7 @@ class Soak:
                     events=len(self.events), most_running=most, most_handlers_at_once=most_overlap, most_in_group=most_group,
                     most_starts_per_s=most_rate, step_jobs=len(step_jobs), steps_redone=redone,
                     steps_by_killed_attempts=earlier, steps_given_back_to_later_attempts=reused,
-                    max_rss_mb=round(max(kb for s in self.rss.values() for _, kb in s) / 1024),
+                    rss_mb_first_third_last=whole_run, max_rss_mb=round(max(kb for s in self.rss.values() for _, kb in s) / 1024),
                     max_file_mb=round(max(sizes) / MB, 1), final_file_mb=round(sizes[-1] / MB, 1))
 
 
