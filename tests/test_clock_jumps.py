@@ -29,7 +29,7 @@ from soak import Soak
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 HOUR_MS = 3_600_000
-PHASE = 6.0
+PHASE = 5.0
 SKIP = float(os.environ.get("TINYQ_SOAK_SECONDS", "60")) <= 0
 SETTINGS = {"lease": "2s", "concurrency": 4, "rate": "30/1s", "group_concurrency": 2,
             "backoff": "100ms", "backoff_max": "1s", "dedupe": "2h", "keep": "2h"}

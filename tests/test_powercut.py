@@ -375,14 +375,14 @@ def report(sync, seed, counts, journal="WAL"):
 
 
 def test_DUR_01_power_cut_at_every_sync_full_keeps_every_call_that_returned(cut_tmp):
-    wl, cuts = run_and_cut(cut_tmp, "FULL", seed=1, ncalls=300, p_write=0.15)
+    wl, cuts = run_and_cut(cut_tmp, "FULL", seed=1, ncalls=250, p_write=0.15)
     counts = check_cuts(wl, cuts, "FULL")
     report("FULL", 1, counts)
     assert counts["cuts_losing"] == 0 and counts["images"] >= 500
 
 
 def test_DUR_01_power_cut_normal_loses_only_a_suffix_never_a_hole(cut_tmp):
-    wl, cuts = run_and_cut(cut_tmp, "NORMAL", seed=2, ncalls=400, p_write=0.25)
+    wl, cuts = run_and_cut(cut_tmp, "NORMAL", seed=2, ncalls=300, p_write=0.25)
     counts = check_cuts(wl, cuts, "NORMAL")
     report("NORMAL", 2, counts)
     # NORMAL does lose the latest calls at some cuts (else this test could not tell).
@@ -391,7 +391,7 @@ def test_DUR_01_power_cut_normal_loses_only_a_suffix_never_a_hole(cut_tmp):
 
 def test_DUR_01_power_cut_rollback_journal_full_keeps_every_call_that_returned(cut_tmp):
     """The same in journal_mode=DELETE (a store not switched to WAL): the -journal's turn."""
-    wl, cuts = run_and_cut(cut_tmp, "FULL", seed=3, ncalls=150, p_write=0.1, journal="DELETE")
+    wl, cuts = run_and_cut(cut_tmp, "FULL", seed=3, ncalls=120, p_write=0.1, journal="DELETE")
     counts = check_cuts(wl, cuts, "FULL")
     report("FULL", 3, counts, journal="DELETE")
     assert counts["cuts_losing"] == 0 and counts["images"] >= 250
