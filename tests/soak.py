@@ -12,12 +12,13 @@ dedupe and keep of a few seconds, so that the store must stay bounded by sweepin
 - 8 workers (5 Python `Queue.work`, 3 Node `work`, 2 handlers each), one SIGKILLed at
   random every few seconds and started again, except one Python and one Node worker that
   live through the whole run (so their memory is watched for all of it);
+- a schedule on the queue, `@every 2s` (where the build has schedules), removed at the end;
 - this process: tails tq_watch (the audit's only source), reads each done job's result,
   `tq_retry`s every job that failed for good, sweeps, and samples every process's RSS and
   the file's size.
 At the end producers stop, the backlog drains, workers get SIGTERM, and the audit checks:
 every job added ends done or cancelled (nothing lost, nothing stuck); each event once, in
-order; no step's work done again by an attempt after the one whose answer was kept (no
+order; each done once; the schedule's jobs: about one per 2 s, none after its removal; no step's work done again by an attempt after the one whose answer was kept (no
 double effect); at no point more running than concurrency (per queue and per group), nor
 more starts in a second than the rate; every process's memory and the file stay bounded.
 """
@@ -41,6 +42,7 @@ from conftest import EXT, connect  # noqa: E402
 QUEUE = "soak"
 CONCURRENCY, RATE, GROUP_CONCURRENCY = 6, (60, 1000), 2
 FINAL = ("done", "cancelled")
+SCHEDULE = "tick"
 MB = 1 << 20
 
 
@@ -53,6 +55,7 @@ class Soak:
                  operator=True):
         self.seconds, self.folder, self.out = seconds, folder, out
         self.env, self.kill, self.operator = env or {}, kill, operator
+        self.expect_ticks = not env      # on a moved clock a schedule runs by that clock
         ret = "5s" if seconds <= 120 else "20s"
         self.settings = settings or {
             "lease": "3s", "concurrency": CONCURRENCY, "rate": f"{RATE[0]}/1s",
@@ -147,6 +150,13 @@ class Soak:
     def start(self):
         self.conn = connect(self.db)
         self.conn.execute("SELECT tq_queue(?, ?)", (QUEUE, json.dumps(self.settings))).fetchone()
+        # A schedule on the queue, where this build has schedules: a job every 2 s.
+        self.ticks_at_unschedule = None
+        self.schedule = self.conn.execute(
+            "SELECT 1 FROM pragma_function_list WHERE name = 'tq_schedule'").fetchone() is not None
+        if self.schedule:
+            self.conn.execute("SELECT tq_schedule(?, ?, '@every 2s', ?, ?)",
+                              (SCHEDULE, QUEUE, json.dumps({"k": "ok"}), json.dumps({"group": "g0"}))).fetchone()
         for kind in ("py", "js"):
             self.spawn(kind, "producer")
         for n, kind in enumerate(["py"] * 5 + ["js"] * 3):
@@ -179,8 +189,12 @@ class Soak:
             time.sleep(0.2)
 
     def drain(self, timeout=90):
-        """Producers stop; wait until every job added is done or cancelled."""
+        """Producers stop, the schedule is removed; wait until every job added is done or cancelled."""
         open(self.stop_file, "w").close()
+        if self.schedule:
+            self.conn.execute("SELECT tq_unschedule(?)", (SCHEDULE,)).fetchone()
+            self.tail(self.conn)
+            self.ticks_at_unschedule = len(self.ticks())
         for info in self.procs.values():
             if info["role"] == "producer":
                 info["popen"].wait(timeout=30)
@@ -229,7 +243,13 @@ class Soak:
                         yield json.loads(line)
 
     def added(self):
-        return {r["id"]: r for r in self.records("producer") if r["ev"] == "add"}
+        """Every job added: by the producers (their logs), and by the schedule (its ids)."""
+        jobs = {r["id"]: r for r in self.records("producer") if r["ev"] == "add"}
+        jobs.update((j, {"id": j, "kind": "ok", "group": "g0"}) for j in self.ticks())
+        return jobs
+
+    def ticks(self):
+        return sorted({e[1] for e in self.events if e[1].startswith(SCHEDULE + "@")})
 
     def final_state(self, jid):
         states = self._by_id().get(jid)
@@ -310,6 +330,12 @@ class Soak:
         if len(sizes) >= 4:
             base = max(sizes[len(sizes) // 3], 1)
             assert sizes[-1] <= 2 * base + 8 * MB, f"the file kept growing: {sizes}"
+        # the schedule: one job per due time, each done once (above); none after its removal
+        ticks = self.ticks()
+        if self.schedule:
+            assert len(ticks) == self.ticks_at_unschedule, "the schedule added jobs after tq_unschedule"
+            if self.expect_ticks:
+                assert len(ticks) >= 0.8 * self.seconds / 2, f"only {len(ticks)} jobs from a 2 s schedule"
         # handlers really running at once (the workers' monotonic clocks); a SIGKILL ends its
         # process's runs when it lands
         opened, edges = {}, []
@@ -338,6 +364,7 @@ class Soak:
         return dict(seconds=self.seconds, added=len(added), by_lang=by_lang, kinds=kinds,
                     done=sum(1 for j in added if self.final_state(j) == "done"), cancelled=len(cancelled),
                     retried=len(self.retried), kills=self.kills, processes=self.spawned,
+                    schedule_jobs=len(ticks) if self.schedule else "no schedules in this build",
                     events=len(self.events), most_running=most, most_handlers_at_once=most_overlap, most_in_group=most_group,
                     most_starts_per_s=most_rate, step_jobs=len(step_jobs), steps_redone=redone,
                     steps_by_killed_attempts=earlier, steps_given_back_to_later_attempts=reused,

@@ -36,7 +36,8 @@ def store(monkeypatch):
     wl.setup()
     yield folder, disk, wl
     try:
-        wl.close()
+        if not wl.closed:
+            wl.close()
     finally:
         vfs.unregister()
         remove(folder)
@@ -57,10 +58,10 @@ def attempt(wl, name):
     return True
 
 
-def check_image(wl, folder, label):
+def check_image(wl, disk, folder, label):
     """A power cut now: the synced files hold every acknowledged call."""
     image = os.path.join(folder, f"cut-{label}")
-    wl.disk.image(image)
+    disk.image(image)
     conn = recovered(image, wl.t_far)
     try:
         assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
@@ -83,7 +84,6 @@ def run_mix(wl, rounds):
 
 def test_disk_full_during_checkpoint_recovers_when_space_returns_nothing_acknowledged_lost(store):
     folder, disk, wl = store
-    wl.disk = disk
     for c in (wl.prod, wl.work, wl.reader):
         c.execute("PRAGMA wal_autocheckpoint=0").fetchall()    # let the WAL grow first
     for _ in range(60):
@@ -100,7 +100,7 @@ def test_disk_full_during_checkpoint_recovers_when_space_returns_nothing_acknowl
     for c in (wl.prod, wl.work):        # tinyq's own checkpoints, at claims, meet it too
         c.execute("PRAGMA wal_autocheckpoint=40").fetchall()
     ok2, failed2 = run_mix(wl, 100)
-    check_image(wl, folder, "while-full")
+    check_image(wl, disk, folder, "while-full")
     assert disk.refused["write"] > 0 and ckpt_errors > 0, "the disk never filled up"
     assert failed + failed2 > 0 and ok + ok2 > 0
     # Space returns: a checkpoint completes, the WAL is emptied, everything acknowledged is there.
@@ -109,7 +109,7 @@ def test_disk_full_during_checkpoint_recovers_when_space_returns_nothing_acknowl
     assert busy == 0 and log == done == 0
     ok3, failed3 = run_mix(wl, 60)
     assert failed3 == 0
-    check_image(wl, folder, "after")
+    check_image(wl, disk, folder, "after")
     print(f"\ndisk full during checkpoints: {ckpt_errors} of 4 explicit checkpoints and "
           f"{disk.refused['write']} writes refused; {ok + ok2} calls acknowledged, {failed + failed2} "
           f"failed cleanly while full; {ok3} after space returned; nothing acknowledged lost")
@@ -120,12 +120,10 @@ def test_disk_full_during_checkpoint_recovers_when_space_returns_nothing_acknowl
         drain(conn, wl.t_far)
     finally:
         conn.close()
-    wl.close = lambda: None
 
 
 def test_wal_that_cannot_be_truncated_keeps_working_and_stays_bounded(store):
     folder, disk, wl = store
-    wl.disk = disk
     disk.no_truncate = True
     sizes, refused_ckpt = [], 0
     for round_ in range(6):
@@ -135,14 +133,14 @@ def test_wal_that_cannot_be_truncated_keeps_working_and_stays_bounded(store):
         except apsw.IOError:
             refused_ckpt += 1
         sizes.append(wal_size_of(wl))
-        check_image(wl, folder, f"no-truncate-{round_}")
+        check_image(wl, disk, folder, f"no-truncate-{round_}")
     assert disk.refused["truncate"] > 0 and refused_ckpt > 0
     # The WAL is reset and reused from its start: it does not keep growing.
     assert max(sizes[2:]) <= 2 * max(sizes[:2]) + 64 * 4096, sizes
     disk.no_truncate = False
     busy, log, done = wl.rows(wl.prod, "PRAGMA wal_checkpoint(TRUNCATE)")[0]
     assert busy == 0 and log == done == 0 and wal_size_of(wl) == 0
-    check_image(wl, folder, "truncated")
+    check_image(wl, disk, folder, "truncated")
     print(f"\nWAL not truncatable: {refused_ckpt} TRUNCATE checkpoints and {disk.refused['truncate']} "
           f"truncates refused; {wl.calls} calls acknowledged; WAL sizes {sizes}; truncated to 0 after")
 

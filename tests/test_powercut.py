@@ -212,9 +212,12 @@ class Workload:
             getattr(self, name)()
             self.returned(name)
 
+    closed = False
+
     def close(self):
         for c in (self.prod, self.work, self.reader):
             c.close()
+        self.closed = True
 
 
 def fingerprint_of(rows):
