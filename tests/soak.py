@@ -356,6 +356,12 @@ class Soak:
                      [round(self.rss[pid][k][1] / 1024) for k in (0, len(self.rss[pid]) // 3, -1)]
                      for pid, i in self.procs.items() if (i["role"] == "producer" or i.get("spared"))
                      and pid in self.rss}
+        starts_by_lang = {}
+        for e in self.events:
+            if e[2] == "running":
+                pid = int(str(e[5]).rsplit(":", 1)[-1]) if e[5] else None
+                lang = self.procs[pid]["kind"] if pid in self.procs else "?"
+                starts_by_lang[lang] = starts_by_lang.get(lang, 0) + 1
         kinds = {}
         for r in added.values():
             kinds[r["kind"]] = kinds.get(r["kind"], 0) + 1
@@ -365,7 +371,7 @@ class Soak:
                     done=sum(1 for j in added if self.final_state(j) == "done"), cancelled=len(cancelled),
                     retried=len(self.retried), kills=self.kills, processes=self.spawned,
                     schedule_jobs=len(ticks) if self.schedule else "no schedules in this build",
-                    events=len(self.events), most_running=most, most_handlers_at_once=most_overlap, most_in_group=most_group,
+                    events=len(self.events), starts_by_worker_lang=starts_by_lang, most_running=most, most_handlers_at_once=most_overlap, most_in_group=most_group,
                     most_starts_per_s=most_rate, step_jobs=len(step_jobs), steps_redone=redone,
                     steps_by_killed_attempts=earlier, steps_given_back_to_later_attempts=reused,
                     rss_mb_first_third_last=whole_run, max_rss_mb=round(max(kb for s in self.rss.values() for _, kb in s) / 1024),
