@@ -79,10 +79,12 @@ soak: $(EXT) node/node_modules
 bench: $(EXT)
 	$(PY) bench/lifecycle.py
 	$(PY) bench/peers.py
+	$(PY) bench/durability.py
 
 bench-quick: $(EXT)
 	$(PY) bench/lifecycle.py --quick
 	$(PY) bench/peers.py --quick
+	$(PY) bench/durability.py --quick
 
 PREFIX ?= /usr/local
 LIBDIR ?= $(PREFIX)/lib
