@@ -250,6 +250,34 @@ class Queue {
     return text === null ? null : JSON.parse(text);
   }
 
+  // -- periodic jobs (CRON-01) ------------------------------------------------------------
+
+  /**
+   * Create or replace the schedule `name` of this queue; returns it as an object. `when`: a
+   * cron expression ('0 9 * * mon'; 6 fields with seconds first), '@every 10m', or '@hourly',
+   * '@daily', '@weekly', '@monthly', '@yearly'. Options: tz ('Europe/Paris'), missed ('latest',
+   * 'skip', 'all'), paused, priority, group, attempts, meta. Each due time becomes the job
+   * '<name>@<ISO-8601 UTC time>', added by the next claim on this queue.
+   */
+  schedule(name, when, payload, opts) {
+    const o = options(opts);
+    const args = [name, this.name, when, encode(payload)].concat(o === null ? [] : [o]);
+    const text = one(this.db, `SELECT tq_schedule(${args.map(() => '?').join(', ')})`, ...args);
+    this._wake(); // a worker of this Queue waits for the new due time
+    return JSON.parse(text);
+  }
+
+  /** Remove the schedule `name`; false when there was none. Its jobs already added stay. */
+  unschedule(name) {
+    return one(this.db, 'SELECT tq_unschedule(?)', name) === 1;
+  }
+
+  /** This queue's schedules (tq_schedules), by name. */
+  schedules() {
+    return rows(this.db, 'SELECT name, queue, "when", tz, next_at, last_at, last_id, paused FROM tq_schedules WHERE queue = ?',
+      this.name).map((s) => ({ ...s, paused: s.paused === 1 }));
+  }
+
   /**
    * Run `await handler(payload, run)` for this queue's jobs until stop() (or SIGTERM/SIGINT
    * with handleSignals). Up to `concurrency` handlers run at once. Resolves, with how many

@@ -1,5 +1,6 @@
--- tinyq store, version 2: what a new store is created with. A store made by an older
--- tinyq is brought here by sql/migrate_N_to_M.sql instead (sql/v1_store.sql is version 1).
+-- tinyq store, version 3: what a new store is created with. A store made by an older
+-- tinyq is brought here by sql/migrate_N_to_M.sql instead (sql/v1_store.sql and
+-- sql/v2_store.sql are versions 1 and 2 as they shipped).
 -- Every object is named tinyq_*; nothing else is touched.
 -- Value columns are declared BLOB: no affinity, so text such as '0012' is kept as given.
 
@@ -52,7 +53,8 @@ CREATE TABLE tinyq_jobs (
   expires_at  INTEGER,                      -- done/failed only: when the id is freed
   changed_at  INTEGER NOT NULL,             -- time of the latest state change (for its event)
   note        BLOB                           -- detail of the latest state change (for its event)
-);
+, meta        BLOB) -- a JSON object kept beside the payload (version 3: written as ADD COLUMN writes it)
+;
 
 -- Claim order (JOB-01) over due jobs.
 CREATE INDEX tinyq_jobs_queued ON tinyq_jobs (queue, priority DESC, run_at, seq, grp)
@@ -140,3 +142,27 @@ CREATE TRIGGER tinyq_jobs_cancel_tombstone AFTER DELETE ON tinyq_jobs
 WHEN OLD.status = 'cancelled' AND OLD.attempt > 0 BEGIN
   INSERT OR REPLACE INTO tinyq_tombstones (id, attempt, at) VALUES (OLD.id, OLD.attempt, OLD.changed_at);
 END;
+
+-- Periodic jobs (version 3). Each due time of a schedule becomes one job of its queue, with
+-- the id '<name>@<due time, ISO-8601 UTC>', added by the next claim on that queue (CRON-01).
+CREATE TABLE tinyq_schedules (
+  name       TEXT PRIMARY KEY,
+  queue      TEXT NOT NULL,
+  expr       TEXT NOT NULL,               -- `when` as given: a cron expression, @every <duration>, @daily...
+  tz         TEXT NOT NULL,               -- IANA zone the cron expression is read in
+  payload    BLOB,
+  priority   INTEGER NOT NULL DEFAULT 0,
+  grp        TEXT,
+  budget     INTEGER,                     -- the jobs' attempts; NULL = the queue's
+  meta       BLOB,                        -- the jobs' meta (a JSON object)
+  missed     TEXT NOT NULL CHECK (missed = 'latest' OR missed = 'skip' OR missed = 'all'),
+  paused     INTEGER NOT NULL DEFAULT 0,
+  next_at    INTEGER,                     -- the next due time not yet added; NULL: none ever again
+  last_at    INTEGER,                     -- due time of the latest job added
+  last_id    TEXT,                        -- id of the latest job added
+  created_at INTEGER NOT NULL,
+  changed_at INTEGER NOT NULL
+) WITHOUT ROWID;
+
+-- What a claim on a queue looks up first: its live schedules' next due times.
+CREATE INDEX tinyq_schedules_due ON tinyq_schedules (queue, next_at) WHERE paused = 0;

@@ -8,7 +8,7 @@ use crate::ffi::{Result, Val};
 use crate::options::{self, Options};
 use crate::queues::{self, Settings};
 use crate::settle::{self, Held, Outcome};
-use crate::{holders, sweep, wal};
+use crate::{holders, schedules, sweep, wal};
 
 /// Most jobs one claim may take.
 pub const MAX_BATCH: i64 = 1000;
@@ -26,6 +26,7 @@ pub struct Claimed {
     pub group: Option<String>,
     pub lease_until: i64,
     pub deadline: i64,
+    pub meta: Val,
 }
 
 /// The checked arguments of tq_claim(queue, worker, n [, options]).
@@ -57,6 +58,7 @@ pub fn run(conn: &Conn, req: &Request) -> Result<Vec<Claimed>> {
     wal::before_claim(conn);
     conn.write_tx(|| {
         let now = conn.now();
+        schedules::add_due(conn, queue, now)?; // CRON-01: due times become jobs first
         let q = queues::load(conn, queue)?;
         let look = Pending::probe(conn, &q, now)?;
         if look.other_holders {
@@ -187,6 +189,7 @@ pub struct Picked {
     attempt: i64,
     payload: Val,
     group: Option<String>,
+    meta: Val,
 }
 
 /// The due jobs to take, in order (JOB-01), within every limit. A job whose group is full
@@ -202,7 +205,7 @@ pub fn plan(conn: &Conn, q: &Settings, now: i64, n: i64) -> Result<Vec<Picked>> 
     };
     let mut st = conn.query(
         // seq and grp come from the index; the row itself is read only for a picked job.
-        "SELECT seq, grp, id, attempt, payload FROM tinyq_jobs WHERE status = 'queued' AND queue = ?1 AND run_at <= ?2
+        "SELECT seq, grp, id, attempt, payload, meta FROM tinyq_jobs WHERE status = 'queued' AND queue = ?1 AND run_at <= ?2
          ORDER BY priority DESC, run_at, seq",
         &[&q.name, &now],
     )?;
@@ -222,6 +225,7 @@ pub fn plan(conn: &Conn, q: &Settings, now: i64, n: i64) -> Result<Vec<Picked>> 
             attempt: st.int(3),
             payload: st.val(4),
             group,
+            meta: st.val(5),
         });
     }
     Ok(picked)
@@ -273,6 +277,7 @@ fn take(conn: &Conn, q: &Settings, picked: Vec<Picked>, worker: &str, lease: i64
             group: job.group,
             lease_until,
             deadline,
+            meta: job.meta,
         });
     }
     Ok(out)

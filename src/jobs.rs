@@ -17,22 +17,38 @@ struct NewJob {
     priority: i64,
     group: Option<String>,
     attempts: Option<i64>,
+    meta: Option<String>,
+}
+
+/// The job options a schedule also gives its jobs (CRON-01), besides those of tq_add alone.
+pub const JOB_OPTIONS: &[&str] = &["priority", "group", "attempts", "meta"];
+
+/// Reads the job options a schedule shares with tq_add: (priority, group, attempts, meta).
+pub fn job_options(opts: &Options) -> Result<(i64, Option<String>, Option<i64>, Option<String>)> {
+    Ok((
+        opts.int("priority", i32::MIN as i64, i32::MAX as i64)?.unwrap_or(0),
+        opts.text("group")?,
+        opts.int("attempts", 1, 1_000_000)?,
+        opts.object("meta")?,
+    ))
 }
 
 fn parse_add(args: &[Val]) -> Result<NewJob> {
     if args.len() < 2 || args.len() > 3 {
         bail!("expects (queue, payload [, options])");
     }
-    let opts = Options::parse(args.get(2), &["id", "at", "delay", "priority", "group", "attempts"])?;
+    let opts = Options::parse(args.get(2), &[&["id", "at", "delay"], JOB_OPTIONS].concat())?;
+    let (priority, group, attempts, meta) = job_options(&opts)?;
     let job = NewJob {
         queue: options::name("queue", &args[0])?,
         payload: options::data("payload", &args[1], false)?,
         id: opts.text("id")?,
         at: opts.time("at")?,
         delay: opts.duration("delay")?,
-        priority: opts.int("priority", i32::MIN as i64, i32::MAX as i64)?.unwrap_or(0),
-        group: opts.text("group")?,
-        attempts: opts.int("attempts", 1, 1_000_000)?,
+        priority,
+        group,
+        attempts,
+        meta,
     };
     if job.at.is_some() && job.delay.is_some() {
         bail!("give option \"at\" or \"delay\", not both");
@@ -52,31 +68,59 @@ pub fn tq_add(conn: &Conn, args: &[Val]) -> Result<Out> {
     conn.write_one(|| {
         let now = conn.now();
         let run_at = job.at.unwrap_or(now + job.delay.unwrap_or(0));
-        let status = if run_at > now { "scheduled" } else { "queued" };
         let id = match &job.id {
             Some(id) => id.clone(),
             None => generated_id(conn, now)?,
         };
-        let insert = || {
-            conn.exec(
-                "INSERT INTO tinyq_jobs (id, queue, status, grp, priority, run_at, budget, payload, created_at, changed_at, attempt)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?9,
-                         coalesce((SELECT attempt FROM tinyq_tombstones WHERE id = ?1), 0))
-                 ON CONFLICT (id) DO NOTHING",
-                &[&id, &job.queue, &status, &job.group, &job.priority, &run_at, &job.attempts, &job.payload, &now],
-            )
+        let row = Row {
+            id: &id,
+            queue: &job.queue,
+            group: &job.group,
+            priority: job.priority,
+            run_at,
+            budget: job.attempts,
+            payload: &job.payload,
+            meta: &job.meta,
         };
-        // The id is taken: if by a job past its retention window, it is free again (RET-01).
-        if insert()? == 0
-            && conn.exec(
-                "DELETE FROM tinyq_jobs WHERE id = ?1 AND status IN ('done', 'failed') AND expires_at <= ?2",
-                &[&id, &now],
-            )? > 0
-        {
-            insert()?;
-        }
+        insert(conn, &row, now)?;
         Ok(Out::Text(id))
     })
+}
+
+/// One job to add: what tq_add and a schedule's due time (src/schedules.rs) both insert.
+pub struct Row<'a> {
+    pub id: &'a str,
+    pub queue: &'a str,
+    pub group: &'a Option<String>,
+    pub priority: i64,
+    pub run_at: i64,
+    pub budget: Option<i64>,
+    pub payload: &'a Val,
+    pub meta: &'a Option<String>,
+}
+
+/// Adds the job unless its id is present (DEDUPE: the present job, its meta included, stays).
+/// Returns whether it was added. One statement, or two when the id's holder is past its window.
+pub fn insert(conn: &Conn, job: &Row, now: i64) -> Result<bool> {
+    let status = if job.run_at > now { "scheduled" } else { "queued" };
+    let insert = || {
+        conn.exec(
+            "INSERT INTO tinyq_jobs (id, queue, status, grp, priority, run_at, budget, payload, meta, created_at, changed_at, attempt)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?10,
+                     coalesce((SELECT attempt FROM tinyq_tombstones WHERE id = ?1), 0))
+             ON CONFLICT (id) DO NOTHING",
+            &[&job.id, &job.queue, &status, job.group, &job.priority, &job.run_at, &job.budget, job.payload, job.meta, &now],
+        )
+    };
+    if insert()? > 0 {
+        return Ok(true);
+    }
+    // The id is taken: if by a job past its retention window, it is free again (RET-01).
+    let freed = conn.exec(
+        "DELETE FROM tinyq_jobs WHERE id = ?1 AND status IN ('done', 'failed') AND expires_at <= ?2",
+        &[&job.id, &now],
+    )?;
+    Ok(freed > 0 && insert()? > 0)
 }
 
 fn generated_id(conn: &Conn, now: i64) -> Result<String> {
@@ -110,7 +154,7 @@ pub fn tq_get(conn: &Conn, args: &[Val]) -> Result<Out> {
     let now = conn.now();
     let mut st = conn.query(
         "SELECT seq, id, queue, status, grp, priority, attempt, tries, budget, run_at, lease_until, deadline,
-                worker, payload, result, error, progress, created_at, settled_at
+                worker, payload, result, error, progress, created_at, settled_at, meta
          FROM tinyq_jobs WHERE id = ?1",
         &[&id],
     )?;
@@ -138,6 +182,7 @@ pub fn tq_get(conn: &Conn, args: &[Val]) -> Result<Out> {
         "deadline": st.opt_int(11),
         "worker": st.text(12),
         "payload": st.val(13).to_json(),
+        "meta": st.val(19).to_json(),
         "result": st.val(14).to_json(),
         "error": st.text(15),
         "progress": st.val(16).to_json(),

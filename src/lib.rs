@@ -5,12 +5,14 @@
 pub mod ffi;
 pub mod claim;
 pub mod conn;
+pub mod cron;
 pub mod func;
 pub mod holders;
 pub mod jobs;
 pub mod options;
 pub mod queues;
 pub mod random;
+pub mod schedules;
 pub mod schema;
 pub mod settle;
 pub mod steps;
@@ -41,6 +43,8 @@ const SCALARS: &[(&str, c_int, c_int, func::Body)] = &[
     ("tq_step_put", -1, DIRECT_ONLY, steps::tq_step_put),
     ("tq_progress", -1, DIRECT_ONLY, steps::tq_progress),
     ("tq_wait", -1, DIRECT_ONLY, watch::tq_wait),
+    ("tq_schedule", -1, DIRECT_ONLY, schedules::tq_schedule),
+    ("tq_unschedule", -1, DIRECT_ONLY, schedules::tq_unschedule),
     ("tq_queue", 1, INNOCUOUS, queues::tq_queue),
     ("tq_queue", 2, DIRECT_ONLY, queues::tq_queue),
     ("tq_queue", -1, DIRECT_ONLY, queues::tq_queue),
@@ -60,6 +64,7 @@ fn register(db: *mut sqlite3) -> Result<()> {
     vtab::register::<tables::Watch>(db, &conn)?;
     vtab::register::<tables::Jobs>(db, &conn)?;
     vtab::register::<tables::Stats>(db, &conn)?;
+    vtab::register::<tables::Schedules>(db, &conn)?;
     vtab::register::<vtab::Statements>(db, &conn)?;
     Ok(())
 }

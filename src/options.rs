@@ -69,6 +69,17 @@ impl Options {
         }
     }
 
+    /// A JSON object (such as `meta`), kept as its JSON text.
+    pub fn object(&self, key: &str) -> Result<Option<String>> {
+        match self.raw(key) {
+            None => Ok(None),
+            Some(v @ Value::Object(_)) => Ok(Some(v.to_string())),
+            Some(v) => {
+                bail!("option \"{key}\" must be a JSON object like {{\"tenant\": \"acme\"}}, not {}", json_kind(v))
+            }
+        }
+    }
+
     pub fn duration(&self, key: &str) -> Result<Option<i64>> {
         self.typed(key, time::parse_duration)
     }

@@ -7,10 +7,11 @@ use crate::conn::Conn;
 use crate::ffi::{c_text, Error, Result};
 
 /// What a new store is created with, at this version.
-const STORE: (i64, &str) = (2, include_str!("../sql/store.sql"));
+const STORE: (i64, &str) = (3, include_str!("../sql/store.sql"));
 
 /// Each migration brings a store made by an older tinyq from one version to the next.
-const MIGRATIONS: &[(i64, &str)] = &[(2, include_str!("../sql/migrate_1_to_2.sql"))];
+const MIGRATIONS: &[(i64, &str)] =
+    &[(2, include_str!("../sql/migrate_1_to_2.sql")), (3, include_str!("../sql/migrate_2_to_3.sql"))];
 
 pub fn version() -> i64 {
     STORE.0

@@ -1,4 +1,4 @@
-//! The table-valued functions: tq_claim, tq_watch, tq_jobs, tq_stats.
+//! The table-valued functions: tq_claim, tq_watch, tq_jobs, tq_stats, tq_schedules.
 
 use std::rc::Rc;
 
@@ -20,14 +20,18 @@ impl TableFn for Claim {
     const NAME: &'static str = "tq_claim";
     const SCHEMA: &'static str =
         "CREATE TABLE x(id TEXT, attempt INTEGER, payload, group_key TEXT, lease_until INTEGER,
-        deadline INTEGER, queue HIDDEN, worker HIDDEN, n HIDDEN, options HIDDEN)";
+        deadline INTEGER, queue HIDDEN, worker HIDDEN, n HIDDEN, options HIDDEN, meta HIDDEN)";
     const VISIBLE: usize = 6;
-    const FILTERS: &'static [usize] = &[6, 7, 8, 9];
+    // `meta` is hidden so that `SELECT *` stays as it was, and declared after the arguments so
+    // that they bind as before. It is a filter too only so that a fifth argument is an error
+    // rather than a filter that would hide claimed jobs.
+    const FILTERS: &'static [usize] = &[6, 7, 8, 9, 10];
+    const OUTPUT_HIDDEN: &'static [usize] = &[10];
     const DIRECT_ONLY: bool = true;
     const IN_TEMP: bool = true;
     fn rows(conn: &Rc<Conn>, filters: &[Option<Val>]) -> Result<Rows> {
         let given: Vec<Val> = filters.iter().map_while(Clone::clone).collect();
-        if given.len() < 3 || filters.iter().skip(given.len()).any(Option::is_some) {
+        if given.len() < 3 || given.len() > 4 || filters.iter().skip(given.len()).any(Option::is_some) {
             bail!("expects (queue, worker, n [, options])");
         }
         let jobs = claim::run(conn, &claim::parse(&given)?)?;
@@ -41,6 +45,7 @@ impl TableFn for Claim {
                         j.group.map_or(Val::Null, Val::Text),
                         Val::Int(j.lease_until),
                         Val::Int(j.deadline),
+                        j.meta,
                     ]
                 })
                 .collect(),
@@ -89,7 +94,7 @@ macro_rules! job_columns {
                             WHEN 'scheduled' THEN CASE WHEN run_at <= ?3 THEN 'waiting' ELSE 'scheduled' END
                             ELSE status END AS state,
                 grp, priority, attempt, run_at, lease_until, worker, payload, result, error, progress,
-                created_at, settled_at
+                created_at, settled_at, meta
          FROM tinyq_jobs "
     };
 }
@@ -103,8 +108,8 @@ impl TableFn for Jobs {
     const NAME: &'static str = "tq_jobs";
     const SCHEMA: &'static str = "CREATE TABLE x(id TEXT, queue TEXT, state TEXT, group_key TEXT, priority INTEGER,
         attempt INTEGER, run_at INTEGER, lease_until INTEGER, worker TEXT, payload, result, error TEXT, progress,
-        created_at INTEGER, settled_at INTEGER)";
-    const VISIBLE: usize = 15;
+        created_at INTEGER, settled_at INTEGER, meta)";
+    const VISIBLE: usize = 16;
     const FILTERS: &'static [usize] = &[1, 2];
     const DIRECT_ONLY: bool = false;
     fn rows(conn: &Rc<Conn>, filters: &[Option<Val>]) -> Result<Rows> {
@@ -184,5 +189,28 @@ impl TableFn for Stats {
             &[&conn.now(), &queue],
         )?;
         Ok(Rows::query(st))
+    }
+}
+
+/// SELECT * FROM tq_schedules: every schedule, with the time of its next job (NULL while
+/// paused).
+pub struct Schedules;
+
+impl TableFn for Schedules {
+    const NAME: &'static str = "tq_schedules";
+    const SCHEMA: &'static str = "CREATE TABLE x(name TEXT, queue TEXT, \"when\" TEXT, tz TEXT, next_at INTEGER,
+        last_at INTEGER, last_id TEXT, paused INTEGER)";
+    const VISIBLE: usize = 8;
+    const FILTERS: &'static [usize] = &[];
+    const DIRECT_ONLY: bool = false;
+    fn rows(conn: &Rc<Conn>, _: &[Option<Val>]) -> Result<Rows> {
+        if !schema::exists(conn)? {
+            return Ok(Rows::list(vec![]));
+        }
+        Ok(Rows::query(conn.query(
+            "SELECT name, queue, expr, tz, CASE WHEN paused = 0 THEN next_at END, last_at, last_id, paused
+             FROM tinyq_schedules ORDER BY name",
+            &[],
+        )?))
     }
 }

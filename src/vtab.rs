@@ -51,6 +51,8 @@ pub trait TableFn: 'static {
     const SCHEMA: &'static str;
     const VISIBLE: usize;
     const FILTERS: &'static [usize];
+    /// Hidden columns that `rows` fills (after the visible ones in each row), not arguments.
+    const OUTPUT_HIDDEN: &'static [usize] = &[];
     const DIRECT_ONLY: bool;
     /// Also create it as a table in `temp` (see `register`).
     const IN_TEMP: bool = false;
@@ -74,7 +76,9 @@ struct Cursor {
     filters: Vec<Option<Val>>,
     row: Option<Vec<Val>>,
     rowid: i64,
-    width: usize,
+    visible: usize,
+    output_hidden: &'static [usize],
+    filter_columns: &'static [usize],
 }
 
 /// A module table that lives as long as the process (SQLite keeps a pointer to it).
@@ -256,7 +260,9 @@ unsafe extern "C" fn x_open<T: TableFn>(vtab: *mut sqlite3_vtab, pp: *mut *mut s
             filters: vec![],
             row: None,
             rowid: 0,
-            width: T::VISIBLE,
+            visible: T::VISIBLE,
+            output_hidden: T::OUTPUT_HIDDEN,
+            filter_columns: T::FILTERS,
         });
         *pp = Box::into_raw(cursor) as *mut sqlite3_vtab_cursor;
         Ok(())
@@ -297,7 +303,7 @@ unsafe extern "C" fn x_filter<T: TableFn>(
 
 fn advance(c: &mut Cursor) -> Result<()> {
     c.row = match c.rows.as_mut() {
-        Some(rows) => rows.next(c.width)?,
+        Some(rows) => rows.next(c.visible + c.output_hidden.len())?,
         None => None,
     };
     c.rowid += 1;
@@ -316,11 +322,14 @@ unsafe extern "C" fn x_eof(cur: *mut sqlite3_vtab_cursor) -> c_int {
 unsafe extern "C" fn x_column(cur: *mut sqlite3_vtab_cursor, ctx: *mut sqlite3_context, i: c_int) -> c_int {
     let c = &*(cur as *mut Cursor);
     let i = i as usize;
-    let v = if i < c.width {
+    let v = if i < c.visible {
         c.row.as_ref().and_then(|r| r.get(i).cloned())
+    } else if let Some(k) = c.output_hidden.iter().position(|&col| col == i) {
+        c.row.as_ref().and_then(|r| r.get(c.visible + k).cloned())
     } else {
         // A hidden argument column reads back the argument given.
-        c.filters.get(i - c.width).cloned().flatten()
+        let k = c.filter_columns.iter().position(|&col| col == i);
+        k.and_then(|k| c.filters.get(k).cloned().flatten())
     };
     set_result(ctx, Out::Val(v.unwrap_or(Val::Null)));
     SQLITE_OK

@@ -6,7 +6,7 @@ use std::time::Duration;
 use crate::claim;
 use crate::conn::Conn;
 use crate::ffi::{Out, Result, Val};
-use crate::{options, queues, schema, time};
+use crate::{options, queues, schedules, schema, time};
 
 /// The longest a single tq_wait may block.
 const MAX_WAIT_MS: i64 = 3_600_000;
@@ -29,7 +29,7 @@ fn claimable(conn: &Conn, queue: &str, now: i64) -> Result<bool> {
     // Due but not yet moved in line, or a lease that ran out: the next claim takes them
     // (the claim's own probe). With limits, such a job may still not fit; that claim tells.
     let pending = claim::Pending::probe(conn, &q, now)?;
-    Ok(pending.due || pending.expired)
+    Ok(pending.due || pending.expired || schedules::next_at(conn, queue)?.is_some_and(|t| t <= now))
 }
 
 /// When something in the queue next becomes due by the clock alone: a scheduled job, the
@@ -50,7 +50,7 @@ fn next_due(conn: &Conn, queue: &str, now: i64) -> Result<Option<i64>> {
              SELECT min(lease_until) FROM tinyq_jobs WHERE status = 'running' AND expires_at IS NULL AND queue = ?1 AND lease_until > ?2)",
         &[&queue, &now],
     )?;
-    Ok([clock, rate_frees].into_iter().flatten().min())
+    Ok([clock, rate_frees, schedules::next_at(conn, queue)?].into_iter().flatten().min())
 }
 
 /// tq_wait(queue, timeout) -> 1 when a job may be claimable, 0 when the timeout passed.

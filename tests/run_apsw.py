@@ -290,6 +290,26 @@ def directonly_stays_out_of_views(d):
 
 
 @scenario
+def schedules_and_meta(d):
+    s = Store(os.path.join(d, "s.db"))
+    s.one("SELECT tq_clock(?)", T0)       # 2027-01-15T08:00:00Z, a Friday
+    s.one("SELECT tq_schedule('digest', 'mail', '0 9 * * mon', '{\"kind\": 1}', "
+          "'{\"tz\": \"Europe/Paris\", \"meta\": {\"team\": \"growth\"}, \"missed\": \"all\"}')")
+    assert s.rows('SELECT name, "when", tz, next_at FROM tq_schedules') == [
+        ("digest", "0 9 * * mon", "Europe/Paris", T0 + 3 * 86_400_000)]
+    s.one("SELECT tq_clock(?)", T0 + 10 * 86_400_000)
+    rows = s.rows("SELECT id, meta FROM tq_claim('mail', 'w1', 10)")
+    assert rows == [("digest@2027-01-18T08:00:00Z", '{"team":"growth"}'),
+                    ("digest@2027-01-25T08:00:00Z", '{"team":"growth"}')], rows
+    before = s.snapshot()
+    s.fails("SELECT tq_schedule('x', 'q', '61 * * * *', '{}')", starts="tq_schedule: when: bad cron expression '61")
+    s.fails("SELECT tq_add('q', '{}', '{\"meta\": 5}')", starts='tq_add: option "meta" must be a JSON object')
+    assert s.snapshot() == before
+    assert s.one("SELECT tq_unschedule('digest')") == 1
+    s.close()
+
+
+@scenario
 def many_connections_close_cleanly(d):
     path = os.path.join(d, "m.db")
     for i in range(50):

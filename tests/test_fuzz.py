@@ -58,15 +58,16 @@ SCALARS = {
     "tq_add": (0,), "tq_get": (0,), "tq_cancel": (0,), "tq_retry": (0,), "tq_renew": (0,),
     "tq_settle": (0,), "tq_step_get": (0, 1), "tq_step_put": (0, 2), "tq_progress": (0,),
     "tq_queue": (0,), "tq_sweep": (), "tq_clock": (), "tq_now": (), "tq_version": (),
-    "tq_debug": (), "tq_wait": (0,),
+    "tq_debug": (), "tq_wait": (0,), "tq_schedule": (0, 1), "tq_unschedule": (0,),
 }
-TABLES = {"tq_claim": (0, 1), "tq_watch": (1,), "tq_stats": (0,), "tq_jobs": ()}
+TABLES = {"tq_claim": (0, 1), "tq_watch": (1,), "tq_stats": (0,), "tq_jobs": (), "tq_schedules": ()}
 # Usual arity, so that random calls often get past the argument count.
 ARITY = {"tq_add": (2, 3), "tq_get": (1,), "tq_cancel": (1,), "tq_retry": (1,),
          "tq_renew": (2, 3), "tq_settle": (3, 4), "tq_step_get": (2,), "tq_step_put": (4,),
          "tq_progress": (3,), "tq_queue": (1, 2), "tq_sweep": (0, 1), "tq_clock": (0, 1),
          "tq_now": (0,), "tq_version": (0,), "tq_debug": (0,), "tq_wait": (2,),
-         "tq_claim": (3, 4), "tq_watch": (0, 1, 2), "tq_stats": (0, 1), "tq_jobs": (0, 2)}
+         "tq_claim": (3, 4), "tq_watch": (0, 1, 2), "tq_stats": (0, 1), "tq_jobs": (0, 2),
+         "tq_schedule": (4, 5), "tq_unschedule": (1,), "tq_schedules": (0,)}
 
 
 # Per function: [calls that returned, calls that raised] (printed at the end of a run).
@@ -146,7 +147,7 @@ def _strategies():
     option_keys = pick([
         "id", "at", "delay", "priority", "group", "attempts", "lease", "timeout", "backoff",
         "backoff_max", "concurrency", "rate", "group_concurrency", "group_rate", "dedupe",
-        "keep", "paused", "bogus", "", "ID", "delay ",
+        "keep", "paused", "bogus", "", "ID", "delay ", "tz", "missed", "meta",
     ])
     json_scalars = st.one_of(st.none(), st.booleans(), ints, st.floats(allow_nan=False),
                              durations, st.text(max_size=8))
@@ -308,6 +309,7 @@ def build_machine():
             self.hooked = False            # temp trigger logging deleted job rows installed?
             self.saved_attempts = None     # copy taken at BEGIN, restored by ROLLBACK
             self.held = []                 # (id, attempt) from claims
+            self.scheduled = set()         # names tq_schedule ever accepted: their jobs are '<name>@...'
             # A user table whose trigger calls tq_add (JOB-02), used by trigger_add.
             self.conn.execute("CREATE TABLE user_rows (jid, payload)")
             self.conn.execute("""CREATE TRIGGER user_rows_job AFTER INSERT ON user_rows BEGIN
@@ -383,6 +385,8 @@ def build_machine():
                 self.ever_added.add(rows[0][0])
             if rows is not None and fn == "tq_claim":
                 self.held.extend((r[0], r[1]) for r in rows)
+            if rows is not None and fn == "tq_schedule":
+                self.scheduled.add(json.loads(rows[0][0])["name"])
             return rows
 
         def v(self, fn, *values):
@@ -465,6 +469,25 @@ def build_machine():
             else:
                 self.v("tq_sweep", limit)
 
+        @rule(name=pick(["s1", "s2", "tq_s", ""]), queue=queues,
+              when=pick(["* * * * *", "*/2 * * * * *", "@every 1s", "@every 150ms", "@hourly", "0 9 * * mon",
+                         "30 2 * * *", "61 * * * *", "* * *", "@every 0s", "@every x", "@reboot", "0 0 30 2 *", ""]),
+              opts=st.one_of(st.none(), st.fixed_dictionaries({}, optional={
+                  "tz": pick(["UTC", "Europe/Paris", "America/New_York", "Mars/Base", ""]),
+                  "missed": pick(["latest", "skip", "all", "some"]),
+                  "paused": pick([True, False, "yes"]),
+                  "meta": pick([{"t": 1}, [1], "x"]),
+                  "priority": st.integers(-3, 3), "group": pick(["g1", "g2"])})))
+        def schedule(self, name, queue, when, opts):
+            if opts is None:
+                self.v("tq_schedule", name, queue, when, "{}")
+            else:
+                self.v("tq_schedule", name, queue, when, "{}", json.dumps(opts))
+
+        @rule(name=pick(["s1", "s2", "none"]))
+        def unschedule(self, name):
+            self.v("tq_unschedule", name)
+
         @rule(queue=queues, timeout=pick(WAIT_TIMEOUTS))
         def wait(self, queue, timeout):
             self.v("tq_wait", queue, timeout)
@@ -546,6 +569,9 @@ def build_machine():
                 for (jid,) in c.execute("SELECT id FROM temp.deleted_jobs").fetchall():
                     self.attempts.pop(jid, None)
                 c.execute("DELETE FROM temp.deleted_jobs")
+            # A schedule's jobs are added by claims, with the id '<name>@<due time>'.
+            self.ever_added.update(r[0] for r in c.execute("SELECT id FROM tinyq_jobs")
+                                   if r[0].split("@", 1)[0] in self.scheduled)
             check_invariants(c, self.ever_added, self.attempts, self.now, self.min_keep)
 
     return TinyqMachine

@@ -97,6 +97,12 @@ def session_sql(pinned):
         SELECT * FROM tq_stats('q');
         SELECT tq_sweep(), tq_sweep(10);
         SELECT tq_wait('q', 0), tq_wait('later', '5ms');
+        SELECT tq_schedule('tick', 'ticks', '@every 1ms', '{{}}', '{{"missed": "all", "meta": {{"m": 1}}}}'),
+               tq_schedule('daily', 'ticks', '0 9 * * mon-fri', 'x', '{{"tz": "Europe/Paris"}}');
+        SELECT count(*) FROM tq_schedules;
+        SELECT tq_wait('ticks', '5ms');
+        SELECT count(meta) >= 0 FROM tq_claim('ticks', 'w1', 10);
+        SELECT tq_unschedule('tick'), tq_unschedule('tick');
         BEGIN IMMEDIATE;
         SELECT tq_add('q', 'in-tx');
         SELECT count(*) FROM tq_claim('q', 'w3', 5);
@@ -121,6 +127,9 @@ ERROR_SQL = [
     "SELECT tq_get(x'00ff');",
     "SELECT tq_step_put('j7', 1, '', 'v');",
     "SELECT tq_clock('tomorrow');",
+    "SELECT tq_schedule('x', 'q', '61 * * * *', '{}');",
+    "SELECT tq_schedule('x', 'q', '@daily', '{}', '{\"tz\": \"Mars/Base\"}');",
+    "SELECT tq_add('q', '{}', '{\"meta\": [1]}');",
     "INSERT INTO rows VALUES (NULL);",
 ]
 
@@ -288,4 +297,4 @@ def test_shell_uses_every_function_and_closes_cleanly(tmp_path):
                              "SELECT DISTINCT name FROM pragma_function_list WHERE name LIKE 'tq%'"],
                             capture_output=True, text=True, timeout=60).stdout.split()
     assert set(listed) <= used, f"not used by the session: {set(listed) - used}"
-    assert {"tq_claim", "tq_watch", "tq_jobs", "tq_stats"} <= used
+    assert {"tq_claim", "tq_watch", "tq_jobs", "tq_stats", "tq_schedules"} <= used

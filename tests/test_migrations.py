@@ -1,23 +1,27 @@
 """A store written by an older tinyq is migrated forward on first write, keeping its jobs.
 
-The old store is built from the old schema script itself (sql/v1_store.sql) with rows
-as tinyq 1 wrote them, without the extension; then the current build opens it.
+The old store is built from the old schema script itself (sql/v1_store.sql, sql/v2_store.sql)
+with rows as that tinyq wrote them, without the extension; then the current build opens it.
 """
 import json
 import os
 import sqlite3
 
+import pytest
+
 from conftest import ROOT, claim, connect, get, one
 
 NOW = 1_900_000_000_000
 DAY = 86_400_000
+CURRENT = 3
 
 
-def v1_store(path):
+def v1_store(path, version=1):
+    """A store as tinyq `version` left it (the job rows are the same in versions 1 and 2)."""
     db = sqlite3.connect(path, isolation_level=None)
-    with open(os.path.join(ROOT, "sql", "v1_store.sql")) as f:
+    with open(os.path.join(ROOT, "sql", f"v{version}_store.sql")) as f:
         db.executescript(f.read())
-    db.execute("INSERT INTO tinyq_meta VALUES ('schema_version', 1)")
+    db.execute("INSERT INTO tinyq_meta VALUES ('schema_version', ?)", (version,))
     db.execute("CREATE TABLE app_orders (id INTEGER PRIMARY KEY, total INTEGER)")
     db.execute("INSERT INTO app_orders (total) VALUES (42)")
     db.execute("PRAGMA user_version = 7")
@@ -43,14 +47,15 @@ def v1_store(path):
     return events
 
 
-def test_v1_store_migrates_to_current_on_first_write_keeping_jobs(tmp_path):
+@pytest.mark.parametrize("version", [1, 2])
+def test_old_store_migrates_to_current_on_first_write_keeping_jobs(tmp_path, version):
     path = str(tmp_path / "old.db")
-    events_before = v1_store(path)
+    events_before = v1_store(path, version)
     db = connect(path)
     one(db, "SELECT tq_clock(?)", NOW)
     assert one(db, "SELECT tq_add('other', '{}')") is not None  # the first write migrates
-    assert one(db, "SELECT value FROM tinyq_meta WHERE key = 'schema_version'") == 2
-    assert "schema 2" in one(db, "SELECT tq_debug()")
+    assert one(db, "SELECT value FROM tinyq_meta WHERE key = 'schema_version'") == CURRENT
+    assert f"schema {CURRENT}" in one(db, "SELECT tq_debug()")
     indexes = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'tinyq_jobs'")}
     assert "tinyq_jobs_held" in indexes and "tinyq_jobs_running" not in indexes and "tinyq_jobs_settled" not in indexes
     triggers = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'")}
@@ -67,6 +72,10 @@ def test_v1_store_migrates_to_current_on_first_write_keeping_jobs(tmp_path):
     assert one(db, "SELECT tq_step_get('running-1', 'answer')") == "kept"
     assert one(db, "SELECT tq_settle('running-1', 1, 'done', '{\"ok\": 1}')") == 1
     assert get(db, "running-1")["result"] == {"ok": 1}
+    # Jobs from before meta existed have none; new ones keep theirs (schema 3).
+    assert get(db, "waiting-1")["meta"] is None
+    one(db, "SELECT tq_add('other', '{}', '{\"id\": \"with-meta\", \"meta\": {\"tenant\": \"acme\"}}')")
+    assert get(db, "with-meta")["meta"] == {"tenant": "acme"}
     # failed-old is past its window and is swept; done-1 still holds its id (dedupe).
     assert one(db, "SELECT tq_sweep()") >= 1
     assert get(db, "failed-old") is None
@@ -96,15 +105,17 @@ def shape(db):
     return {(t, n, tbl): " ".join((sql or "").replace('"tinyq_jobs"', "tinyq_jobs").split()) for t, n, tbl, sql in rows}
 
 
-def test_migrated_store_has_the_schema_of_a_new_store(tmp_path):
+@pytest.mark.parametrize("version", [1, 2])
+def test_migrated_store_has_the_schema_of_a_new_store(tmp_path, version):
     old = str(tmp_path / "old.db")
-    v1_store(old)
+    v1_store(old, version)
     migrated = connect(old)
     one(migrated, "SELECT tq_add('q', '{}')")
     new = connect(str(tmp_path / "new.db"))
     one(new, "SELECT tq_add('q', '{}')")
     assert shape(migrated) == shape(new)
     assert len(shape(new)) > 10
+    assert ("table", "tinyq_schedules", "tinyq_schedules") in shape(new)
     migrated.close()
     new.close()
 
@@ -124,7 +135,7 @@ def test_upgrade_inside_a_trigger_fails_clearly_then_runs_outside(tmp_path):
         db.execute("INSERT INTO orders VALUES (1)")
         raise AssertionError("the insert should fail")
     except sqlite3.OperationalError as e:
-        assert str(e).startswith("tq_add: this store has schema version 1 and needs an upgrade to 2"), e
+        assert str(e).startswith(f"tq_add: this store has schema version 1 and needs an upgrade to {CURRENT}"), e
     assert one(db, "SELECT count(*) FROM orders") == 0
     assert one(db, "SELECT value FROM tinyq_meta WHERE key = 'schema_version'") == 1
     one(db, "SELECT tq_sweep()")  # outside a trigger: upgrades

@@ -35,6 +35,8 @@ SCALARS = {
     ("tq_step_put", -1): "directonly",
     ("tq_progress", -1): "directonly",
     ("tq_wait", -1): "directonly",
+    ("tq_schedule", -1): "directonly",
+    ("tq_unschedule", -1): "directonly",
     ("tq_queue", 1): "innocuous",      # tq_queue(name): read
     ("tq_queue", 2): "directonly",     # tq_queue(name, options): set
     ("tq_queue", -1): "directonly",    # any other count: an error, never a read
@@ -50,6 +52,7 @@ TABLES = {
     "tq_watch": "innocuous",
     "tq_jobs": "innocuous",
     "tq_stats": "innocuous",
+    "tq_schedules": "innocuous",
     "tq_statements": "innocuous",
 }
 

@@ -29,6 +29,7 @@ EXPECTED_FLAGS = {
     ("tq_renew", -1): DIRECTONLY, ("tq_settle", -1): DIRECTONLY, ("tq_step_put", -1): DIRECTONLY,
     ("tq_progress", -1): DIRECTONLY, ("tq_retry", -1): DIRECTONLY, ("tq_sweep", -1): DIRECTONLY,
     ("tq_clock", -1): DIRECTONLY, ("tq_wait", -1): DIRECTONLY,
+    ("tq_schedule", -1): DIRECTONLY, ("tq_unschedule", -1): DIRECTONLY,
 }
 
 # Calls of DIRECTONLY scalar functions, each of which would change something if it ran.
@@ -42,12 +43,14 @@ DIRECT_CALLS = {
     "tq_sweep": "tq_sweep()",
     "tq_clock": "tq_clock(0)",
     "tq_wait": "tq_wait('q', 0)",
+    "tq_schedule": "tq_schedule('evil', 'q', '* * * * *', '{}')",
+    "tq_unschedule": "tq_unschedule('kept')",
 }
 READ_CALLS = [
     "tq_get('held')", "tq_now()", "tq_version()", "tq_debug()", "tq_step_get('held', 'step')",
     "tq_queue('q')",
 ]
-READ_TABLES = ["tq_watch(0)", "tq_watch(0, 'q')", "tq_jobs", "tq_stats()", "tq_stats('q')"]
+READ_TABLES = ["tq_watch(0)", "tq_watch(0, 'q')", "tq_jobs", "tq_stats()", "tq_stats('q')", "tq_schedules"]
 
 
 @pytest.fixture
@@ -61,6 +64,7 @@ def store(db):
     (h,) = claim(db, "q", "w1", 1)
     assert h["id"] == "held" and h["attempt"] == 1
     one(db, "SELECT tq_add('q', '{}', '{\"id\": \"waits\"}')")
+    one(db, "SELECT tq_schedule('kept', 'other', '@daily', '{}')")
     db.execute("CREATE TABLE rows (x)")
     return db
 

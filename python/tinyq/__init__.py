@@ -18,6 +18,7 @@ import os
 import sqlite3
 import threading
 
+from ._schedules import Schedules
 from ._sql import _encode, _one, _options, _rows
 from ._worker import Cancelled, Outcome, Run, work_loop
 
@@ -92,7 +93,7 @@ def _configure(conn, busy_timeout):
     _rows(conn, "PRAGMA synchronous=FULL")  # power-safe commits: docs/guarantees.md
 
 
-class Queue:
+class Queue(Schedules):
     """One named queue in one SQLite file.
 
     `conn_or_path` is a path (the Queue opens its own connection with `tinyq.open`) or a

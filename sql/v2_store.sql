@@ -1,0 +1,142 @@
+-- tinyq store, version 2: what a new store is created with. A store made by an older
+-- tinyq is brought here by sql/migrate_N_to_M.sql instead (sql/v1_store.sql is version 1).
+-- Every object is named tinyq_*; nothing else is touched.
+-- Value columns are declared BLOB: no affinity, so text such as '0012' is kept as given.
+
+CREATE TABLE tinyq_meta (
+  key   TEXT PRIMARY KEY,
+  value BLOB
+) WITHOUT ROWID;
+
+CREATE TABLE tinyq_queues (
+  name              TEXT PRIMARY KEY,
+  lease             INTEGER,   -- ms; NULL means the default
+  timeout           INTEGER,
+  attempts          INTEGER,
+  backoff           INTEGER,
+  backoff_max       INTEGER,
+  concurrency       INTEGER,
+  rate_n            INTEGER,
+  rate_ms           INTEGER,
+  group_concurrency INTEGER,
+  group_rate_n      INTEGER,
+  group_rate_ms     INTEGER,
+  dedupe            INTEGER,
+  keep              INTEGER,
+  paused            INTEGER NOT NULL DEFAULT 0
+) WITHOUT ROWID;
+
+CREATE TABLE tinyq_jobs (
+  seq         INTEGER PRIMARY KEY,                -- add order
+  id          TEXT NOT NULL UNIQUE,
+  queue       TEXT NOT NULL,
+  status      TEXT NOT NULL CHECK (status = 'scheduled' OR status = 'queued' OR status = 'running'
+                                   OR status = 'done' OR status = 'failed' OR status = 'cancelled'),
+  grp         TEXT,
+  priority    INTEGER NOT NULL DEFAULT 0,
+  run_at      INTEGER NOT NULL,
+  attempt     INTEGER NOT NULL DEFAULT 0,   -- number of the latest lease; the fence
+  tries       INTEGER NOT NULL DEFAULT 0,   -- attempts charged against the budget
+  budget      INTEGER,                      -- this job's own attempts; NULL = the queue's
+  lease_until INTEGER,                      -- set while an attempt holds or held an unsettled lease
+  deadline    INTEGER,                      -- the attempt's timeout
+  started_at  INTEGER,
+  worker      TEXT,
+  holder      INTEGER,                      -- tinyq_holders.id of the leasing process
+  payload     BLOB,
+  result      BLOB,
+  error       TEXT,
+  progress    BLOB,
+  created_at  INTEGER NOT NULL,
+  settled_at  INTEGER,
+  expires_at  INTEGER,                      -- done/failed only: when the id is freed
+  changed_at  INTEGER NOT NULL,             -- time of the latest state change (for its event)
+  note        BLOB                           -- detail of the latest state change (for its event)
+);
+
+-- Claim order (JOB-01) over due jobs.
+CREATE INDEX tinyq_jobs_queued ON tinyq_jobs (queue, priority DESC, run_at, seq, grp)
+  WHERE status = 'queued';
+-- Jobs waiting for their time.
+CREATE INDEX tinyq_jobs_scheduled ON tinyq_jobs (queue, run_at) WHERE status = 'scheduled';
+-- Jobs that hold or held a lease: running ones by lease (expires_at NULL), with the group
+-- for per-group counts and the holder for DUR-02; done and failed ones by expiry (RET-01).
+CREATE INDEX tinyq_jobs_held ON tinyq_jobs (queue, status, expires_at, lease_until, grp, holder)
+  WHERE status = 'running' OR status = 'done' OR status = 'failed';
+
+CREATE TABLE tinyq_steps (
+  job        INTEGER NOT NULL,   -- tinyq_jobs.seq
+  name       TEXT NOT NULL,
+  value      BLOB,
+  attempt    INTEGER NOT NULL,
+  created_at INTEGER NOT NULL,
+  PRIMARY KEY (job, name)
+) WITHOUT ROWID;
+
+CREATE TABLE tinyq_events (
+  seq     INTEGER PRIMARY KEY,  -- commit order; the newest event is never swept, so it only grows
+  id      TEXT NOT NULL,
+  queue   TEXT NOT NULL,
+  state   TEXT NOT NULL,
+  attempt INTEGER NOT NULL,
+  at      INTEGER NOT NULL,
+  detail  BLOB
+);
+
+CREATE TABLE tinyq_starts (
+  queue TEXT NOT NULL,
+  grp   TEXT,
+  at    INTEGER NOT NULL
+);
+CREATE INDEX tinyq_starts_queue ON tinyq_starts (queue, at, grp);
+
+CREATE TABLE tinyq_holders (
+  id      INTEGER PRIMARY KEY,
+  machine TEXT NOT NULL,    -- machine id and boot id
+  pid     INTEGER NOT NULL,
+  started INTEGER NOT NULL, -- process start time, in clock ticks since boot
+  seen_at INTEGER NOT NULL,
+  UNIQUE (machine, pid, started)
+);
+
+-- Events: every state change is logged by these triggers, so no code path can forget one.
+CREATE TRIGGER tinyq_jobs_added AFTER INSERT ON tinyq_jobs BEGIN
+  INSERT INTO tinyq_events (id, queue, state, attempt, at, detail)
+  VALUES (NEW.id, NEW.queue,
+          CASE NEW.status WHEN 'queued' THEN 'waiting' ELSE NEW.status END,
+          NEW.attempt, NEW.changed_at, NEW.note);
+  INSERT OR IGNORE INTO tinyq_queues (name) VALUES (NEW.queue);
+END;
+
+CREATE TRIGGER tinyq_jobs_changed AFTER UPDATE OF status, attempt ON tinyq_jobs
+WHEN OLD.status IS NOT NEW.status OR OLD.attempt IS NOT NEW.attempt BEGIN
+  INSERT INTO tinyq_events (id, queue, state, attempt, at, detail)
+  VALUES (NEW.id, NEW.queue,
+          CASE NEW.status WHEN 'queued' THEN 'waiting' ELSE NEW.status END,
+          NEW.attempt, NEW.changed_at, NEW.note);
+END;
+
+CREATE TRIGGER tinyq_jobs_progressed AFTER UPDATE OF progress ON tinyq_jobs BEGIN
+  INSERT INTO tinyq_events (id, queue, state, attempt, at, detail)
+  VALUES (NEW.id, NEW.queue, 'progress', NEW.attempt, NEW.changed_at, NEW.progress);
+END;
+
+CREATE TRIGGER tinyq_jobs_removed AFTER DELETE ON tinyq_jobs BEGIN
+  DELETE FROM tinyq_steps WHERE job = OLD.seq;
+END;
+
+-- A cancelled job's id may be added again at once, while the cancelled attempt's worker
+-- still runs. The new job's attempts continue after the old ones, so that worker's calls
+-- (id, old attempt) can never match the new job (CAN-01, JOB-05).
+CREATE TABLE tinyq_tombstones (
+  id      TEXT PRIMARY KEY,
+  attempt INTEGER NOT NULL,
+  at      INTEGER NOT NULL
+) WITHOUT ROWID;
+
+CREATE INDEX tinyq_tombstones_at ON tinyq_tombstones (at);
+
+CREATE TRIGGER tinyq_jobs_cancel_tombstone AFTER DELETE ON tinyq_jobs
+WHEN OLD.status = 'cancelled' AND OLD.attempt > 0 BEGIN
+  INSERT OR REPLACE INTO tinyq_tombstones (id, attempt, at) VALUES (OLD.id, OLD.attempt, OLD.changed_at);
+END;
