@@ -66,12 +66,13 @@ def run_with_jumps(folder, so, phases):
     env = {"LD_PRELOAD": so, "TINYQ_CLOCK_SHIFT_FILE": shift.path,
            "TINYQ_SOAK_KINDS": "ok,ok,ok,steps,steps,retry,snooze,error,slow", "TINYQ_SOAK_CANCELS": "0"}
     soak = Soak(PHASE * len(phases), folder, seed=23, settings=SETTINGS, env=env, kill=False, operator=False)
-    starts_in = [0] * len(phases)
+    starts_in, ticks_in = [0] * len(phases), [0] * len(phases)
 
     def tick(t):
         phase = min(int(t // PHASE), len(phases) - 1)
         shift.set(phases[phase])
         starts_in[phase] = sum(1 for e in soak.events if e[2] == "running")
+        ticks_in[phase] = len(soak.ticks())
 
     try:
         soak.start()
@@ -81,6 +82,7 @@ def run_with_jumps(folder, so, phases):
         soak.shutdown()
     report = soak.audit()
     report["starts_by_phase"] = [b - a for a, b in zip([0] + starts_in, starts_in)]
+    report["schedule_jobs_by_phase"] = [b - a for a, b in zip([0] + ticks_in, ticks_in)]
     report["leases_expired"] = sum(1 for e in soak.events if e[2] == "waiting" and e[5] == "lease expired")
     return report
 
