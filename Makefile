@@ -4,7 +4,7 @@ PY ?= /usr/bin/python3
 CARGO ?= cargo
 EXT := dist/tinyq.so
 
-.PHONY: all loadable deps demo test test-rust test-python test-python-current test-node test-cluster bench bench-quick screenshots clean \
+.PHONY: all loadable deps demo test test-rust test-python test-python-current test-node test-cluster soak bench bench-quick screenshots clean \
 	install uninstall wheel npm-pack test-npm-package
 
 all: loadable
@@ -60,14 +60,16 @@ test: $(EXT) test-rust test-python test-node test-cluster test-python-current
 test-rust: deps
 	$(CARGO) test --release --lib
 
-test-python: $(EXT)
+# (node/node_modules: the soak, tests/test_soak.py, runs Node producers and workers too)
+test-python: $(EXT) node/node_modules
 	$(PY) -m pytest -q tests
 
 # The whole Python suite again on a current SQLite (issue 7): libsqlite3.so.0 and the sqlite3
 # shell built once (~1 min, cached in target/sqlite-current/) from the SQLite amalgamation that
 # npm's sqlite3 package ships, put in front of Debian's 3.40 via LD_LIBRARY_PATH and PATH.
-test-python-current: $(EXT)
-	bash scripts/sqlite_current.sh $(PY) -m pytest -q tests
+# The soak and the clock jumps (time and processes, not the SQLite version) run once, above.
+test-python-current: $(EXT) node/node_modules
+	TINYQ_SOAK_SECONDS=0 bash scripts/sqlite_current.sh $(PY) -m pytest -q tests
 
 # Node helper: better-sqlite3 12 (13 needs Node 22); npm may skip the native build.
 node/node_modules: node/package.json
@@ -84,6 +86,12 @@ test-node: $(EXT) node/node_modules
 test-cluster: $(EXT)
 	$(PY) tests/cluster/run_cluster.py
 
+# Python and Node producers, 8 workers SIGKILLed at random, limits on, for 10 minutes, audited
+# from tq_watch (tests/soak.py; a 60-second version runs in make test: tests/test_soak.py).
+SOAK_SECONDS ?= 600
+soak: $(EXT) node/node_modules
+	$(PY) tests/soak.py --seconds $(SOAK_SECONDS)
+
 # tinyq beside a hand-written SQL queue and the peers (honker, litequeue, persist-queue,
 # huey; set up under bench/work/ on first run): bench/results/latest.md and peers.md.
 # bench/workers.py: the worker helpers (threads, asyncio, Node) beside huey's consumer,
@@ -94,12 +102,14 @@ bench: $(EXT) node/node_modules
 	$(PY) bench/peers.py
 	$(PY) bench/workers.py
 	$(PY) bench/scale.py
+	$(PY) bench/durability.py
 
 bench-quick: $(EXT) node/node_modules
 	$(PY) bench/lifecycle.py --quick
 	$(PY) bench/peers.py --quick
 	$(PY) bench/workers.py --quick
 	$(PY) bench/scale.py --quick
+	$(PY) bench/durability.py --quick
 
 # docs/dashboard.png, dashboard-lists.png and dashboard-job.png, from the headless Chromium test.
 screenshots: $(EXT)

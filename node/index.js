@@ -42,7 +42,7 @@ function load(db) {
   return db;
 }
 
-/** A Database the way a worker wants one: tinyq loaded, WAL, synchronous=NORMAL,
+/** A Database the way a worker wants one: tinyq loaded, WAL, synchronous=FULL,
  * busy_timeout 5000 ms. */
 function open(file, options) {
   const db = new Database(file, options);
@@ -50,7 +50,7 @@ function open(file, options) {
     load(db);
     db.pragma('busy_timeout = 5000');
     db.pragma('journal_mode = WAL');
-    db.pragma('synchronous = NORMAL');
+    db.pragma('synchronous = FULL'); // power-safe commits: docs/guarantees.md
   } catch (err) {
     db.close();
     throw err;

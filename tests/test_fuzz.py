@@ -191,6 +191,96 @@ def _strategies():
                 raw_json=raw_json, texts=texts, args=args)
 
 
+# --------------------------------------------------------------------------- invariants
+def min_keep_of(c, min_keep):
+    """Events are trimmed store-wide once older than the longest keep of any queue: the
+    smallest such keep seen so far bounds how old a job's latest event may be."""
+    k = c.execute("SELECT max(coalesce(keep, ?)) FROM tinyq_queues", (7 * DAY,)).fetchone()[0]
+    return min_keep if k is None else min(min_keep, k)
+
+
+def check_counters(c):
+    """The counters claims and tq_stats read (tinyq_counts, tinyq_groups) match the rows."""
+    counted = {r[0]: r[1:] for r in c.execute(
+        "SELECT queue, scheduled, queued, running, done, failed FROM tinyq_counts")}
+    for queue, *row in c.execute(
+            "SELECT queue, sum(status = 'scheduled'), sum(status = 'queued'), sum(status = 'running'),"
+            " sum(status = 'done'), sum(status = 'failed') FROM tinyq_jobs GROUP BY queue"):
+        assert counted.get(queue) == tuple(row), f"queue {queue!r}: counters {counted.get(queue)} vs {row}"
+    limited = {r[0] for r in c.execute(
+        "SELECT name FROM tinyq_queues WHERE group_concurrency IS NOT NULL OR group_rate_n IS NOT NULL")}
+    # A parked job only in a queue with group limits, and only grouped.
+    bad = c.execute("SELECT id, queue, grp FROM tinyq_jobs WHERE status = 'queued' AND parked = 1").fetchall()
+    for jid, queue, grp in bad:
+        assert queue in limited and grp is not None, f"job {jid!r} parked in {queue!r} (group {grp!r})"
+    for queue, grp, running in c.execute("SELECT queue, grp, running FROM tinyq_groups"):
+        real = c.execute("SELECT count(*) FROM tinyq_jobs WHERE status = 'running' AND queue = ? AND grp = ?",
+                         (queue, grp)).fetchone()[0]
+        assert running == real, f"group {queue!r}/{grp!r}: counter {running}, running {real}"
+    # A group of a limited queue never has two jobs a claim may take (its head), and
+    # the head is the group's first due job in claim order, unless the group is dirty.
+    for queue in limited:
+        for grp, heads in c.execute(
+                "SELECT grp, count(*) FROM tinyq_jobs WHERE status = 'queued' AND parked = 0 AND queue = ?"
+                " AND grp IS NOT NULL GROUP BY grp", (queue,)):
+            dirty = c.execute("SELECT dirty FROM tinyq_groups WHERE queue = ? AND grp = ?",
+                              (queue, grp)).fetchone()
+            if dirty is None or dirty[0] == 0:
+                assert heads <= 1, f"group {queue!r}/{grp!r} has {heads} heads"
+
+
+def check_invariants(c, ever_added, attempts, now, min_keep=7 * DAY):
+    """The store's invariants, on connection `c` whose clock reads `now` (tq_clock):
+    every job's status, lease and attempt are coherent, agree with its latest tq_watch
+    event and with tq_get; no job or event for an id that was never added (`ever_added`);
+    no attempt lower than the one seen before (`attempts`, id -> attempt, updated here).
+    Also used on stores recovered after a simulated power cut (tests/test_powercut.py)."""
+    if c.execute("SELECT 1 FROM sqlite_master WHERE name = 'tinyq_jobs'").fetchone() is None:
+        return
+    jobs = c.execute("SELECT seq, id, status, attempt, tries, lease_until, run_at, queue, changed_at, "
+                     "started_at FROM tinyq_jobs").fetchall()
+    latest = {r[0]: r[1:] for r in c.execute(
+        "SELECT e.id, e.state, e.attempt FROM tinyq_events e "
+        "WHERE e.seq = (SELECT max(seq) FROM tinyq_events WHERE id = e.id)")}
+    latest_state = {r[0]: r[1:] for r in c.execute(
+        "SELECT e.id, e.state, e.attempt FROM tinyq_events e WHERE e.seq = "
+        "(SELECT max(seq) FROM tinyq_events WHERE id = e.id AND state <> 'progress')")}
+    for seq, jid, status, attempt, tries, lease_until, run_at, queue, changed_at, started_at in jobs:
+        assert status in STATUSES, f"job {jid!r}: status {status!r} is not allowed"
+        assert status != "running" or lease_until is not None, f"job {jid!r}: running without lease_until"
+        assert 0 <= tries <= attempt, f"job {jid!r}: tries {tries} vs attempt {attempt}"
+        prev = attempts.get(jid, 0)
+        assert attempt >= prev, f"job {jid!r}: attempt went from {prev} down to {attempt}"
+        attempts[jid] = attempt
+        assert jid in ever_added, f"job {jid!r} exists but was never added"
+        ev = latest_state.get(jid)
+        if ev is None:
+            # Only possible once its latest event (dated changed_at, started_at for a
+            # claim, or run_at when it fell due) is older than the longest keep.
+            event_at = min(x for x in (changed_at, started_at, run_at) if x is not None)
+            assert event_at < now - min_keep, f"job {jid!r} ({status}) has no event"
+            continue
+        assert ev[0] == EVENT_OF_STATUS[status], \
+            f"job {jid!r}: stored {status!r} but its latest event says {ev[0]!r}"
+        assert ev[1] == attempt, f"job {jid!r}: attempt {attempt} but its latest event says {ev[1]}"
+        last = latest[jid]
+        assert last[0] == ev[0] or (last[0] == "progress" and status == "running"), \
+            f"job {jid!r}: latest event {last[0]!r} while {status!r}"
+        derived = "waiting" if status == "queued" or (status == "scheduled" and run_at <= now) else status
+        got = json.loads(c.execute("SELECT tq_get(?)", (jid,)).fetchone()[0])
+        assert got["state"] == derived, f"job {jid!r}: tq_get says {got['state']!r}, stored {status!r}"
+        assert got["attempt"] == attempt
+    present = {r[1] for r in jobs}
+    for jid, (state, _) in latest.items():
+        assert jid in ever_added, f"events for id {jid!r}, which was never added"
+        if jid not in present:
+            assert state in ("cancelled", "done", "failed"), \
+                f"job {jid!r} is gone but its latest event is {state!r}"
+    counts = dict(c.execute("SELECT state, count(*) FROM tq_jobs GROUP BY state").fetchall())
+    assert set(counts) <= {"scheduled", "waiting", "running", "done", "failed"}, counts
+    check_counters(c)
+
+
 # --------------------------------------------------------------------------- the machine
 def build_machine():
     from hypothesis import strategies as st
@@ -498,9 +588,7 @@ def build_machine():
             if c.execute("SELECT 1 FROM sqlite_master WHERE name = 'tinyq_jobs'").fetchone() is None:
                 return
             # Events are trimmed store-wide once older than the longest keep of any queue.
-            k = c.execute("SELECT max(coalesce(keep, ?)) FROM tinyq_queues", (7 * DAY,)).fetchone()[0]
-            if k is not None:
-                self.min_keep = min(self.min_keep, k)
+            self.min_keep = min_keep_of(c, self.min_keep)
             # A job row deleted (cancel, sweep, an id re-used after its window) starts over at
             # attempt 0 when its id is added again: a temp trigger tells the model.
             if not self.hooked and not c.in_transaction:
@@ -512,79 +600,10 @@ def build_machine():
                 for (jid,) in c.execute("SELECT id FROM temp.deleted_jobs").fetchall():
                     self.attempts.pop(jid, None)
                 c.execute("DELETE FROM temp.deleted_jobs")
-            jobs = c.execute("SELECT seq, id, status, attempt, tries, lease_until, run_at, queue, changed_at, "
-                             "started_at FROM tinyq_jobs").fetchall()
             # A schedule's jobs are added by claims, with the id '<name>@<due time>'.
-            self.ever_added.update(r[1] for r in jobs if r[1].split("@", 1)[0] in self.scheduled)
-            latest = {r[0]: r[1:] for r in c.execute(
-                "SELECT e.id, e.state, e.attempt FROM tinyq_events e "
-                "WHERE e.seq = (SELECT max(seq) FROM tinyq_events WHERE id = e.id)")}
-            latest_state = {r[0]: r[1:] for r in c.execute(
-                "SELECT e.id, e.state, e.attempt FROM tinyq_events e WHERE e.seq = "
-                "(SELECT max(seq) FROM tinyq_events WHERE id = e.id AND state <> 'progress')")}
-            for seq, jid, status, attempt, tries, lease_until, run_at, queue, changed_at, started_at in jobs:
-                assert status in STATUSES, f"job {jid!r}: status {status!r} is not allowed"
-                assert status != "running" or lease_until is not None, f"job {jid!r}: running without lease_until"
-                assert 0 <= tries <= attempt, f"job {jid!r}: tries {tries} vs attempt {attempt}"
-                prev = self.attempts.get(jid, 0)
-                assert attempt >= prev, f"job {jid!r}: attempt went from {prev} down to {attempt}"
-                self.attempts[jid] = attempt
-                assert jid in self.ever_added, f"job {jid!r} exists but was never added"
-                ev = latest_state.get(jid)
-                if ev is None:
-                    # Only possible once its latest event (dated changed_at, started_at for a
-                    # claim, or run_at when it fell due) is older than the longest keep.
-                    event_at = min(x for x in (changed_at, started_at, run_at) if x is not None)
-                    assert event_at < self.now - self.min_keep, f"job {jid!r} ({status}) has no event"
-                    continue
-                assert ev[0] == EVENT_OF_STATUS[status], \
-                    f"job {jid!r}: stored {status!r} but its latest event says {ev[0]!r}"
-                assert ev[1] == attempt, f"job {jid!r}: attempt {attempt} but its latest event says {ev[1]}"
-                last = latest[jid]
-                assert last[0] == ev[0] or (last[0] == "progress" and status == "running"), \
-                    f"job {jid!r}: latest event {last[0]!r} while {status!r}"
-                derived = "waiting" if status == "queued" or (status == "scheduled" and run_at <= self.now) else status
-                got = json.loads(c.execute("SELECT tq_get(?)", (jid,)).fetchone()[0])
-                assert got["state"] == derived, f"job {jid!r}: tq_get says {got['state']!r}, stored {status!r}"
-                assert got["attempt"] == attempt
-            present = {r[1] for r in jobs}
-            for jid, (state, _) in latest.items():
-                assert jid in self.ever_added, f"events for id {jid!r}, which was never added"
-                if jid not in present:
-                    assert state in ("cancelled", "done", "failed"), \
-                        f"job {jid!r} is gone but its latest event is {state!r}"
-            counts = dict(c.execute("SELECT state, count(*) FROM tq_jobs GROUP BY state").fetchall())
-            assert set(counts) <= {"scheduled", "waiting", "running", "done", "failed"}, counts
-            self.check_counters(c)
-
-        def check_counters(self, c):
-            """The counters claims and tq_stats read (tinyq_counts, tinyq_groups) match the rows."""
-            counted = {r[0]: r[1:] for r in c.execute(
-                "SELECT queue, scheduled, queued, running, done, failed FROM tinyq_counts")}
-            for queue, *row in c.execute(
-                    "SELECT queue, sum(status = 'scheduled'), sum(status = 'queued'), sum(status = 'running'),"
-                    " sum(status = 'done'), sum(status = 'failed') FROM tinyq_jobs GROUP BY queue"):
-                assert counted.get(queue) == tuple(row), f"queue {queue!r}: counters {counted.get(queue)} vs {row}"
-            limited = {r[0] for r in c.execute(
-                "SELECT name FROM tinyq_queues WHERE group_concurrency IS NOT NULL OR group_rate_n IS NOT NULL")}
-            # A parked job only in a queue with group limits, and only grouped.
-            bad = c.execute("SELECT id, queue, grp FROM tinyq_jobs WHERE status = 'queued' AND parked = 1").fetchall()
-            for jid, queue, grp in bad:
-                assert queue in limited and grp is not None, f"job {jid!r} parked in {queue!r} (group {grp!r})"
-            for queue, grp, running in c.execute("SELECT queue, grp, running FROM tinyq_groups"):
-                real = c.execute("SELECT count(*) FROM tinyq_jobs WHERE status = 'running' AND queue = ? AND grp = ?",
-                                 (queue, grp)).fetchone()[0]
-                assert running == real, f"group {queue!r}/{grp!r}: counter {running}, running {real}"
-            # A group of a limited queue never has two jobs a claim may take (its head), and
-            # the head is the group's first due job in claim order, unless the group is dirty.
-            for queue in limited:
-                for grp, heads in c.execute(
-                        "SELECT grp, count(*) FROM tinyq_jobs WHERE status = 'queued' AND parked = 0 AND queue = ?"
-                        " AND grp IS NOT NULL GROUP BY grp", (queue,)):
-                    dirty = c.execute("SELECT dirty FROM tinyq_groups WHERE queue = ? AND grp = ?",
-                                      (queue, grp)).fetchone()
-                    if dirty is None or dirty[0] == 0:
-                        assert heads <= 1, f"group {queue!r}/{grp!r} has {heads} heads"
+            self.ever_added.update(r[0] for r in c.execute("SELECT id FROM tinyq_jobs")
+                                   if r[0].split("@", 1)[0] in self.scheduled)
+            check_invariants(c, self.ever_added, self.attempts, self.now, self.min_keep)
 
     return TinyqMachine
 

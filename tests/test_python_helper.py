@@ -78,7 +78,7 @@ def test_open_configures_the_connection(db_path):
     conn = tinyq.open(db_path)
     assert conn.isolation_level is None
     assert one(conn, "PRAGMA journal_mode") == "wal"
-    assert one(conn, "PRAGMA synchronous") == 1          # NORMAL
+    assert one(conn, "PRAGMA synchronous") == 2          # FULL
     assert one(conn, "PRAGMA busy_timeout") == 5000
     assert one(conn, "SELECT tq_version()")
     conn.close()

@@ -7,11 +7,11 @@ const tinyq = require('..');
 
 const { tempDb } = require('../test-support');
 
-test('open() loads tinyq and sets WAL, synchronous=NORMAL, busy_timeout', () => {
+test('open() loads tinyq and sets WAL, synchronous=FULL, busy_timeout', () => {
   const db = tinyq.open(tempDb());
   assert.match(db.prepare('SELECT tq_version()').pluck().get(), /^\d+\.\d+/);
   assert.equal(db.pragma('journal_mode', { simple: true }), 'wal');
-  assert.equal(db.pragma('synchronous', { simple: true }), 1);
+  assert.equal(db.pragma('synchronous', { simple: true }), 2);
   assert.equal(db.pragma('busy_timeout', { simple: true }), 5000);
   db.close();
 });

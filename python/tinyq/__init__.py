@@ -72,7 +72,7 @@ def load(conn: Any) -> Any:
 
 def open(path: Union[str, "os.PathLike[str]"], busy_timeout: float = 5.0) -> sqlite3.Connection:  # noqa: A001 (mirrors sqlite3.connect / builtins.open)
     """A sqlite3 connection the way a worker wants one: tinyq loaded, WAL,
-    synchronous=NORMAL, a busy timeout, and autocommit (isolation_level=None)."""
+    synchronous=FULL, a busy timeout, and autocommit (isolation_level=None)."""
     conn = sqlite3.connect(path, isolation_level=None, timeout=busy_timeout)
     try:
         load(conn)
@@ -97,7 +97,7 @@ def _open_like(conn, path, busy_timeout=5.0):
 def _configure(conn, busy_timeout):
     _rows(conn, "PRAGMA busy_timeout=%d" % int(busy_timeout * 1000))
     _rows(conn, "PRAGMA journal_mode=WAL")
-    _rows(conn, "PRAGMA synchronous=NORMAL")
+    _rows(conn, "PRAGMA synchronous=FULL")  # power-safe commits: docs/guarantees.md
 
 
 class Queue(Schedules):
