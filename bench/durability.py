@@ -72,7 +72,7 @@ def main():
         _t._configure = original
     lines = ["# synchronous=FULL vs NORMAL through the Python helper",
              "", f"{N} jobs added one per call, then drained by `Queue.work(concurrency=4)`; "
-             f"{REPEAT} alternating runs each, medians; file on {WORK}.", "",
+             f"{REPEAT} alternating runs each, medians; file on {os.path.relpath(WORK, ROOT)}/.", "",
              "| setting | adds/s | jobs worked/s |", "|---|---|---|"]
     med = {}
     for setting, runs in results.items():
