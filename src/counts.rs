@@ -42,7 +42,9 @@ pub fn load(conn: &Conn, queue: &str) -> Result<Counts> {
 
 /// Brings the rate counters to `now` (in the claim's transaction): starts that left a
 /// window since the last claim are counted out, once each; a clock moved back counts them
-/// in again. Groups whose count fell are marked dirty: they may have room again.
+/// in again, and the starts it dates in the future are dated now, so they leave the window
+/// one window from now instead of when the clock is back past them (a rate-limited queue
+/// would start nothing until then). Groups whose count fell are marked dirty.
 pub fn slide(conn: &Conn, q: &Settings, now: i64) -> Result<Counts> {
     if !q.counts_starts() && q.concurrency.is_none() {
         return Ok(Counts::default()); // no queue-wide limit reads them
@@ -51,8 +53,10 @@ pub fn slide(conn: &Conn, q: &Settings, now: i64) -> Result<Counts> {
     if !q.counts_starts() {
         return Ok(c);
     }
+    let mut moved_back = false;
     if let Some(window) = queue_window(q) {
         let edge = now - window;
+        moved_back |= c.edge.is_some_and(|old| old > edge);
         c.started = match c.edge {
             None => conn
                 .one_int("SELECT count(*) FROM tinyq_starts WHERE queue = ?1 AND at > ?2", &[&q.name, &edge])?
@@ -77,6 +81,7 @@ pub fn slide(conn: &Conn, q: &Settings, now: i64) -> Result<Counts> {
     }
     if let Some((_, window)) = q.group_rate {
         let edge = now - window;
+        moved_back |= c.gedge.is_some_and(|old| old > edge);
         match c.gedge {
             // Not built yet: claim::run rebuilds first (groups::rebuild sets gedge).
             None => {}
@@ -94,6 +99,10 @@ pub fn slide(conn: &Conn, q: &Settings, now: i64) -> Result<Counts> {
             }
         }
         c.gedge = Some(edge);
+    }
+    if moved_back {
+        // Every start re-dated stays inside both windows (now > edge), so no count changes.
+        conn.exec("UPDATE tinyq_starts SET at = ?2 WHERE queue = ?1 AND at > ?2", &[&q.name, &now])?;
     }
     conn.exec(
         "UPDATE tinyq_counts SET started = ?2, edge = ?3, gedge = ?4 WHERE queue = ?1",

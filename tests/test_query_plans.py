@@ -198,6 +198,14 @@ def workload(conn, path):
     conn.execute("SELECT * FROM tq_watch(0) WHERE job = ?", (a["id"],)).fetchall()
     one(conn, "SELECT tq_debug()")
 
+    # The clock stepped back under a rate window: starts dated in the future are dated now.
+    setq(conn, "back", rate="5/1s", group_rate="2/1s")
+    add(conn, "back", "{}", group="g")
+    claim(conn, "back", "wb", 1)
+    pin(conn, T0 + 61_000 - 10_000)
+    claim(conn, "back", "wb", 1)
+    pin(conn, T0 + 61_000)
+
     # Past every retention window: the sweeps, by hand and by the claims.
     pin(conn, T0 + 30 * DAY)
     setq(conn, "q", group_concurrency=2)
