@@ -27,6 +27,10 @@ struct Schedule {
     paused: bool,
 }
 
+/// The longest schedule name: its jobs' ids (`<name>@2026-12-01T08:00:00.500Z`, 25 bytes
+/// more at most) must fit options::MAX_NAME, or the jobs could never be settled.
+const MAX_SCHEDULE_NAME: usize = options::MAX_NAME - 25;
+
 fn bad(what: &str, e: String) -> Error {
     Error::bad(format!("{what}: {e}"))
 }
@@ -40,6 +44,10 @@ fn parse_schedule(args: &[Val]) -> Result<Schedule> {
     let name = options::name("name", &args[0])?;
     if name.starts_with("tq_") {
         bail!("name must not start with 'tq_': its jobs' ids would take the prefix reserved for generated ids");
+    }
+    if name.len() > MAX_SCHEDULE_NAME {
+        // Its jobs' ids add '@' and the due time, and an id must fit the id limit.
+        bail!("name is longer than {MAX_SCHEDULE_NAME} bytes (its jobs' ids add '@<time>' to it)");
     }
     let sched = Schedule {
         name,

@@ -403,6 +403,7 @@ BAD = [
     ((None, "q", "@daily", "{}"), "tq_schedule: name must be text"),
     (("tq_x", "q", "@daily", "{}"), "tq_schedule: name must not start with 'tq_'"),
     (("d", "", "@daily", "{}"), "tq_schedule: queue must not be empty"),
+    (("n" * 976, "q", "@daily", "{}"), "tq_schedule: name is longer than 975 bytes"),
     (("d", "q", "@daily"), "tq_schedule: expects (name, queue, when, payload [, options])"),
 ]
 
@@ -418,6 +419,16 @@ def test_CRON_01_bad_input_is_an_error_naming_it_and_changes_nothing(db, args, m
     assert str(e.value).startswith(message) or (message in str(e.value) and str(e.value).startswith("tq_schedule: ")), \
         e.value
     assert snapshot(db) == before
+
+
+def test_CRON_01_the_longest_name_makes_jobs_a_worker_can_settle(db):
+    """The id '<name>@<time with ms>' of a schedule with the longest name still fits an id."""
+    pin(db, ms("2026-12-01T10:00:00Z"))
+    schedule(db, "n" * 975, "q", "@every 1500ms", "{}")
+    pin(db, ms("2026-12-01T10:00:01.500Z"))
+    [(jid, attempt)] = db.execute("SELECT id, attempt FROM tq_claim('q', 'w', 5)").fetchall()
+    assert jid == "n" * 975 + "@2026-12-01T10:00:01.500Z"
+    assert one(db, "SELECT tq_settle(?, ?, 'done')", jid, attempt) == 1
 
 
 def test_CRON_01_unschedule_bad_input(db):
