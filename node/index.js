@@ -352,10 +352,20 @@ function startWaiter(file, queueName) {
     waiting = false;
     for (const resolve of resolvers.splice(0)) resolve();
   });
-  worker.on('error', (err) => console.warn(`tinyq: the wake-up thread failed: ${err.message}`));
+  let dead = false; // the thread failed or exited: wake-ups fall back to timers
+  const died = () => {
+    dead = true;
+    for (const resolve of resolvers.splice(0)) resolve();
+  };
+  worker.on('error', (err) => {
+    console.warn(`tinyq: the wake-up thread failed: ${err.message}`);
+    died();
+  });
+  worker.on('exit', died);
   return {
     /** Resolves when the waiter's tq_wait returns (after `poll` ms at most). */
     arm(poll) {
+      if (dead) return new Promise((resolve) => setTimeout(resolve, poll).unref());
       if (!waiting) {
         waiting = true;
         worker.postMessage({ poll });
@@ -424,10 +434,13 @@ async function workLoop(queue, handler, opts) {
     process.removeListener('SIGTERM', onSignal);
     process.removeListener('SIGINT', onSignal);
     await Promise.allSettled(inflight); // claim nothing more; wait for the work in flight
-    settleAndClaim(db, finished.splice(0), null, []);
-    heartbeat.close();
-    waiter.close();
-    db.close();
+    try {
+      settleAndClaim(db, finished.splice(0), null, []);
+    } finally { // a last settle that fails still stops the heartbeat and the waiter
+      heartbeat.close();
+      waiter.close();
+      db.close();
+    }
   }
   return handled;
 }

@@ -18,7 +18,7 @@ function waitUpTo(ms) {
   for (;;) {
     const left = end - Date.now();
     try {
-      if (wait.get(workerData.queue, BigInt(Math.max(1, Math.min(left, SLICE)))) === 1) return;
+      if (wait.get(workerData.queue, BigInt(Math.ceil(Math.max(1, Math.min(left, SLICE))))) === 1) return;
     } catch (err) {
       if (!/locked|busy/i.test(err.message)) throw err;
     }

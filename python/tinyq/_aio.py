@@ -221,13 +221,15 @@ class _AsyncWork:
             waiter.close()
             if self.tasks:             # claim nothing more; wait for the work in flight
                 await asyncio.gather(*self.tasks, return_exceptions=True)
-            if self.finished:
-                await self.db.call(_settle_and_claim, sql, self.finished, None)
-            heartbeat.cancel()
-            await asyncio.gather(heartbeat, return_exceptions=True)
-            await self.db.close()
-            self.queue._work = None
-            self.queue._stopping = False
+            try:
+                if self.finished:
+                    await self.db.call(_settle_and_claim, sql, self.finished, None)
+            finally:  # a last settle that fails still leaves the queue ready for another work()
+                heartbeat.cancel()
+                await asyncio.gather(heartbeat, return_exceptions=True)
+                await self.db.close()
+                self.queue._work = None
+                self.queue._stopping = False
         return self.handled
 
     def start(self, job: Dict[str, Any]) -> None:
@@ -270,8 +272,8 @@ class _AsyncWork:
             try:
                 leases = await self.db.call(renew_all, json.dumps([[r.id, r.attempt] for r in runs]))
             except Exception as exc:
-                if not is_busy(exc):
-                    raise
+                # Busy or not (a full disk...), try again soon: a heartbeat that ended here
+                # would let every lease run out while its handler still works.
                 log.warning("tinyq: renewing %d leases failed: %s", len(runs), exc)
                 renew_soon(self.runs, runs, 0.25)
                 continue
