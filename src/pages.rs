@@ -13,7 +13,6 @@ use std::sync::Mutex;
 
 use crate::conn::Conn;
 use crate::ffi::{Result, Val};
-use crate::schema;
 
 struct Key {
     col: &'static str,
@@ -37,19 +36,13 @@ struct Source {
     keys: &'static [Key],
 }
 
+// The line's index leads with `parked` (due jobs set aside until their group has room):
+// the line is the jobs ready to claim, then the ones set aside.
 const LINE: Source = Source {
-    base: "status = 'queued' AND queue = ?1",
-    now: None,
-    keys: &[desc("priority", false), asc("run_at", false), asc("seq", false)],
-};
-// From store schema 4 the line's index leads with `parked` (due jobs set aside until their
-// group has room): the line is then the jobs ready to claim, then the ones set aside.
-const PARKED_LINE: Source = Source {
     base: "status = 'queued' AND queue = ?1",
     now: None,
     keys: &[asc("parked", false), desc("priority", false), asc("run_at", false), asc("seq", false)],
 };
-const PARKED_FROM: i64 = 4;
 const DUE: Source = Source {
     base: "status = 'scheduled' AND queue = ?1",
     now: Some(("run_at", "<=")),
@@ -72,7 +65,6 @@ const FAILED: Source = Source { now: None, base: "status = 'failed' AND queue = 
 
 fn sources(state: &str) -> &'static [Source] {
     match state {
-        "waiting" if schema::version() >= PARKED_FROM => &[DUE, PARKED_LINE],
         "waiting" => &[DUE, LINE],
         "scheduled" => &[LATER],
         "running" => &[RUNNING],
@@ -93,12 +85,10 @@ const KEY_NAMES: [&str; 9] =
 
 /// The position of job `id` in the list of `state`; None when there is no such job.
 pub fn cursor(conn: &Conn, state: &str, id: &str) -> Result<Option<Cursor>> {
-    let sql = if schema::version() >= PARKED_FROM {
-        "SELECT status, priority, run_at, seq, expires_at, lease_until, grp, holder, parked FROM tinyq_jobs WHERE id = ?1"
-    } else {
-        "SELECT status, priority, run_at, seq, expires_at, lease_until, grp, holder, 0 FROM tinyq_jobs WHERE id = ?1"
-    };
-    let mut st = conn.query(sql, &[&id])?;
+    let mut st = conn.query(
+        "SELECT status, priority, run_at, seq, expires_at, lease_until, grp, holder, parked FROM tinyq_jobs WHERE id = ?1",
+        &[&id],
+    )?;
     if !st.step()? {
         return Ok(None);
     }
