@@ -30,9 +30,9 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Awaitable, Callable, Dict, List, Optional, Set, Tuple
 
 from ._context import RunBase, current_run, is_busy
-from ._sql import _decode, _encode, _ms, _one, _rows, _wait
-from ._worker import (COLUMNS, claim_sql, outcome_of_exception, renew_all, renew_soon, renewed,
-                      settle_in, transaction)
+from ._sql import _decode, _encode, _ms, _one, _wait
+from ._worker import (claim_sql, outcome_of_exception, renew_all, renew_soon, renewed,
+                      settle_and_claim)
 
 log = logging.getLogger("tinyq")
 
@@ -140,27 +140,6 @@ class _Waiter(threading.Thread):
             conn.close()
 
 
-def _settle_and_claim(conn: Any, sql: str, batch: List[Tuple[AsyncRun, str, Any]],
-                      args: Optional[tuple]) -> List[Dict[str, Any]]:
-    """On the work thread: settle every finished run and claim (args given) in one
-    transaction, retried a little when busy. After that the settles are dropped (their
-    leases run out and the jobs run again) and the claim returns nothing."""
-    def body() -> List[Dict[str, Any]]:
-        for run, outcome, value in batch:
-            settle_in(conn, run, outcome, value)
-        return [] if args is None else [dict(zip(COLUMNS + ("meta",), row)) for row in _rows(conn, sql, *args)]
-
-    for attempt in range(3):
-        try:
-            return transaction(conn, body)
-        except Exception as exc:
-            if not is_busy(exc):
-                raise
-            if attempt == 2:
-                log.error("tinyq: settling %d jobs / claiming failed: %s", len(batch), exc)
-    return []
-
-
 class _AsyncWork:
     """One `await q.work(...)`: its loop, tasks, heartbeat and waiter."""
 
@@ -205,7 +184,7 @@ class _AsyncWork:
                     batch, self.finished = self.finished, []
                     args = None if want == 0 else (self.queue.name, self.worker, want) + (
                         () if self.lease_options is None else (self.lease_options,))
-                    jobs = await self.db.call(_settle_and_claim, sql, batch, args)
+                    jobs = await self.db.call(settle_and_claim, sql, batch, args)
                     for job in jobs:
                         self.start(job)
                     if want and len(jobs) < want:
@@ -223,7 +202,7 @@ class _AsyncWork:
                 await asyncio.gather(*self.tasks, return_exceptions=True)
             try:
                 if self.finished:
-                    await self.db.call(_settle_and_claim, sql, self.finished, None)
+                    await self.db.call(settle_and_claim, sql, self.finished, None)
             finally:  # a last settle that fails still leaves the queue ready for another work()
                 heartbeat.cancel()
                 await asyncio.gather(heartbeat, return_exceptions=True)

@@ -91,6 +91,27 @@ def settle_in(conn: Any, run: RunBase, outcome: str, value: Any) -> Any:
         return settle_in(conn, run, "error", error_text(exc))
 
 
+def settle_and_claim(conn: Any, claim: str, settles: List[Tuple[RunBase, str, Any]],
+                     args: Optional[tuple], tries: int = 3) -> List[Dict[str, Any]]:
+    """Settle every finished run and claim (args given: tq_claim's) in one transaction: one
+    commit for several jobs. Busy: tried `tries` times, then the settles are dropped (their
+    leases run out and the jobs run again) and the claim returns nothing."""
+    def body() -> List[Dict[str, Any]]:
+        for run, outcome, value in settles:
+            settle_in(conn, run, outcome, value)
+        return [] if args is None else [dict(zip(COLUMNS + ("meta",), row)) for row in _rows(conn, claim, *args)]
+
+    for attempt in range(tries):
+        try:
+            return transaction(conn, body)
+        except Exception as exc:
+            if not is_busy(exc):
+                raise
+            if attempt == tries - 1:
+                log.error("tinyq: settling %d jobs / claiming failed: %s", len(settles), exc)
+    return []
+
+
 def outcome_of(handler: Callable[..., Any], payload: Any, run: RunBase,
                errors: str) -> Tuple[Optional[str], Any]:
     """Run the handler; what to settle: (outcome, value), outcome None for nothing."""
@@ -434,25 +455,10 @@ class _Pool:
         with self.pending_lock:
             settles, self.unsettled = self.unsettled, []
 
-        def body() -> List[Dict[str, Any]]:
-            for run, outcome, value, _ in settles:
-                settle_in(conn, run, outcome, value)
-            if not want:
-                return []
-            return [dict(zip(COLUMNS + ("meta",), row)) for row in _rows(conn, self.claim_sql, *args)]
-
         jobs: List[Dict[str, Any]] = []
         try:
-            for attempt in range(self.BUSY_TRIES):
-                try:
-                    jobs = transaction(conn, body)
-                    break
-                except Exception as exc:
-                    if not is_busy(exc):
-                        raise
-                    if attempt == self.BUSY_TRIES - 1:
-                        log.error("tinyq: settling %d jobs / claiming on %r failed: %s",
-                                  len(settles), self.queue.name, exc)
+            jobs = settle_and_claim(conn, self.claim_sql, [(r, o, v) for r, o, v, _ in settles],
+                                    args if want else None, self.BUSY_TRIES)
         except Exception as exc:
             for request in batch:
                 request.error = exc
