@@ -7,15 +7,11 @@
 -- 2. tinyq_counts (per queue: jobs per status, starts in the rate window) and tinyq_groups
 --    (per group of a queue with group limits: running leases, starts, head), kept by the
 --    triggers, which are created again here with their new bodies.
--- 3. tinyq_events gets `was` (the status a change left): the counters of (2) move with the
---    event log, folded into tinyq_counts every 4th event. Older events have no `was`
---    and count nothing: the counts below already hold them.
 -- Every job starts unparked; the first claim on a queue with group limits sets its
 -- groups aside and counts them (tinyq_counts.gedge is NULL until then). The counts below
 -- are one pass over the jobs; the rate windows are counted by each queue's first claim.
 
 ALTER TABLE tinyq_jobs ADD COLUMN parked INTEGER NOT NULL DEFAULT 0;
-ALTER TABLE tinyq_events ADD COLUMN was TEXT;
 
 DROP INDEX tinyq_jobs_queued;
 CREATE INDEX tinyq_jobs_queued ON tinyq_jobs (queue, parked, priority DESC, run_at, seq, grp)
@@ -60,12 +56,14 @@ DROP TRIGGER tinyq_jobs_changed;
 DROP TRIGGER tinyq_jobs_removed;
 
 CREATE TRIGGER tinyq_jobs_added AFTER INSERT ON tinyq_jobs BEGIN
-  -- The queue's counters row first (tinyq_queues_added): the event may fold into it.
-  INSERT OR IGNORE INTO tinyq_queues (name) VALUES (NEW.queue);
-  INSERT INTO tinyq_events (id, queue, state, attempt, at, detail, was)
+  INSERT INTO tinyq_events (id, queue, state, attempt, at, detail)
   VALUES (NEW.id, NEW.queue,
           CASE NEW.status WHEN 'queued' THEN 'waiting' ELSE NEW.status END,
-          NEW.attempt, NEW.changed_at, NEW.note, '');
+          NEW.attempt, NEW.changed_at, NEW.note);
+  INSERT OR IGNORE INTO tinyq_queues (name) VALUES (NEW.queue);
+  -- A job is added scheduled or waiting; its queue's counters row exists (tinyq_queues_added).
+  UPDATE tinyq_counts SET scheduled = scheduled + (NEW.status = 'scheduled'), queued = queued + (NEW.status = 'queued')
+  WHERE queue = NEW.queue;
 END;
 
 CREATE TRIGGER tinyq_queues_added AFTER INSERT ON tinyq_queues BEGIN
@@ -74,26 +72,17 @@ END;
 
 CREATE TRIGGER tinyq_jobs_changed AFTER UPDATE OF status, attempt ON tinyq_jobs
 WHEN OLD.status IS NOT NEW.status OR OLD.attempt IS NOT NEW.attempt BEGIN
-  INSERT INTO tinyq_events (id, queue, state, attempt, at, detail, was)
+  INSERT INTO tinyq_events (id, queue, state, attempt, at, detail)
   VALUES (NEW.id, NEW.queue,
           CASE NEW.status WHEN 'queued' THEN 'waiting' ELSE NEW.status END,
-          NEW.attempt, NEW.changed_at, NEW.note,
-          CASE WHEN OLD.status IS NOT NEW.status THEN OLD.status END);
-END;
-
--- The counters move with the event log: each status change is counted by its event
--- (`was` -> `state`), and every 4th event folds the 4 events up to it into tinyq_counts.
--- A reader adds the events after the last fold (at most 3; counts.rs), so a commit
--- writes the counters' page once in 4 instead of every time.
-CREATE TRIGGER tinyq_events_fold AFTER INSERT ON tinyq_events WHEN NEW.seq % 4 = 0 BEGIN
-  UPDATE tinyq_counts SET (scheduled, queued, running, done, failed) = (
-    SELECT scheduled + sum((e.state = 'scheduled') - (e.was = 'scheduled')),
-           queued + sum((e.state = 'waiting') - (e.was = 'queued')),
-           running + sum((e.state = 'running') - (e.was = 'running')),
-           done + sum((e.state = 'done') - (e.was = 'done')),
-           failed + sum((e.state = 'failed') - (e.was = 'failed'))
-    FROM tinyq_events e WHERE e.seq > NEW.seq - 4 AND e.seq <= NEW.seq AND e.was IS NOT NULL AND e.queue = tinyq_counts.queue)
-  WHERE queue IN (SELECT queue FROM tinyq_events WHERE seq > NEW.seq - 4 AND seq <= NEW.seq AND was IS NOT NULL);
+          NEW.attempt, NEW.changed_at, NEW.note);
+  UPDATE tinyq_counts SET
+    scheduled = scheduled + (NEW.status = 'scheduled') - (OLD.status = 'scheduled'),
+    queued = queued + (NEW.status = 'queued') - (OLD.status = 'queued'),
+    running = running + (NEW.status = 'running') - (OLD.status = 'running'),
+    done = done + (NEW.status = 'done') - (OLD.status = 'done'),
+    failed = failed + (NEW.status = 'failed') - (OLD.status = 'failed')
+  WHERE queue = NEW.queue AND OLD.status IS NOT NEW.status;
 END;
 
 CREATE TRIGGER tinyq_jobs_parked_added AFTER INSERT ON tinyq_jobs WHEN NEW.parked = 1 BEGIN

@@ -87,7 +87,7 @@ CREATE TABLE tinyq_events (
   attempt INTEGER NOT NULL,
   at      INTEGER NOT NULL,
   detail  BLOB
-, was TEXT); -- was (version 4): the status a change left, '' for an add, NULL when no status changed (counts.rs)
+);
 
 CREATE TABLE tinyq_starts (
   queue TEXT NOT NULL,
@@ -139,12 +139,14 @@ CREATE TABLE tinyq_holders (
 -- The same triggers keep the counters (tinyq_counts, tinyq_groups) in step with the jobs, in
 -- the statement that changes them, so a claim or tq_stats reads a count instead of counting.
 CREATE TRIGGER tinyq_jobs_added AFTER INSERT ON tinyq_jobs BEGIN
-  -- The queue's counters row first (tinyq_queues_added): the event may fold into it.
-  INSERT OR IGNORE INTO tinyq_queues (name) VALUES (NEW.queue);
-  INSERT INTO tinyq_events (id, queue, state, attempt, at, detail, was)
+  INSERT INTO tinyq_events (id, queue, state, attempt, at, detail)
   VALUES (NEW.id, NEW.queue,
           CASE NEW.status WHEN 'queued' THEN 'waiting' ELSE NEW.status END,
-          NEW.attempt, NEW.changed_at, NEW.note, '');
+          NEW.attempt, NEW.changed_at, NEW.note);
+  INSERT OR IGNORE INTO tinyq_queues (name) VALUES (NEW.queue);
+  -- A job is added scheduled or waiting; its queue's counters row exists (tinyq_queues_added).
+  UPDATE tinyq_counts SET scheduled = scheduled + (NEW.status = 'scheduled'), queued = queued + (NEW.status = 'queued')
+  WHERE queue = NEW.queue;
 END;
 
 CREATE TRIGGER tinyq_queues_added AFTER INSERT ON tinyq_queues BEGIN
@@ -153,26 +155,17 @@ END;
 
 CREATE TRIGGER tinyq_jobs_changed AFTER UPDATE OF status, attempt ON tinyq_jobs
 WHEN OLD.status IS NOT NEW.status OR OLD.attempt IS NOT NEW.attempt BEGIN
-  INSERT INTO tinyq_events (id, queue, state, attempt, at, detail, was)
+  INSERT INTO tinyq_events (id, queue, state, attempt, at, detail)
   VALUES (NEW.id, NEW.queue,
           CASE NEW.status WHEN 'queued' THEN 'waiting' ELSE NEW.status END,
-          NEW.attempt, NEW.changed_at, NEW.note,
-          CASE WHEN OLD.status IS NOT NEW.status THEN OLD.status END);
-END;
-
--- The counters move with the event log: each status change is counted by its event
--- (`was` -> `state`), and every 4th event folds the 4 events up to it into tinyq_counts.
--- A reader adds the events after the last fold (at most 3; counts.rs), so a commit
--- writes the counters' page once in 4 instead of every time.
-CREATE TRIGGER tinyq_events_fold AFTER INSERT ON tinyq_events WHEN NEW.seq % 4 = 0 BEGIN
-  UPDATE tinyq_counts SET (scheduled, queued, running, done, failed) = (
-    SELECT scheduled + sum((e.state = 'scheduled') - (e.was = 'scheduled')),
-           queued + sum((e.state = 'waiting') - (e.was = 'queued')),
-           running + sum((e.state = 'running') - (e.was = 'running')),
-           done + sum((e.state = 'done') - (e.was = 'done')),
-           failed + sum((e.state = 'failed') - (e.was = 'failed'))
-    FROM tinyq_events e WHERE e.seq > NEW.seq - 4 AND e.seq <= NEW.seq AND e.was IS NOT NULL AND e.queue = tinyq_counts.queue)
-  WHERE queue IN (SELECT queue FROM tinyq_events WHERE seq > NEW.seq - 4 AND seq <= NEW.seq AND was IS NOT NULL);
+          NEW.attempt, NEW.changed_at, NEW.note);
+  UPDATE tinyq_counts SET
+    scheduled = scheduled + (NEW.status = 'scheduled') - (OLD.status = 'scheduled'),
+    queued = queued + (NEW.status = 'queued') - (OLD.status = 'queued'),
+    running = running + (NEW.status = 'running') - (OLD.status = 'running'),
+    done = done + (NEW.status = 'done') - (OLD.status = 'done'),
+    failed = failed + (NEW.status = 'failed') - (OLD.status = 'failed')
+  WHERE queue = NEW.queue AND OLD.status IS NOT NEW.status;
 END;
 
 -- A group of a queue with group limits has a row: its running leases, its head, and

@@ -14,16 +14,12 @@ pub fn queue_window(q: &Settings) -> Option<i64> {
     q.rate.or(q.group_rate).map(|r| r.1)
 }
 
-/// The queue's counters: jobs per stored status, and starts in the rate windows.
+/// The queue's counters as stored.
 #[derive(Default)]
 pub struct Counts {
-    pub scheduled: i64,
-    pub queued: i64,
     pub running: i64,
-    pub done: i64,
-    pub failed: i64,
     pub started: i64,
-    pub edge: Option<i64>,
+    edge: Option<i64>,
     gedge: Option<i64>,
 }
 
@@ -35,33 +31,10 @@ impl Counts {
     }
 }
 
-/// The queue's counters now: tinyq_counts as last folded, plus the status changes of the
-/// events logged since (fewer than 4: the fold trigger in sql/store.sql runs on every
-/// 4th event), so a commit need not write the counters' page (docs/design.md, "Cost").
 pub fn load(conn: &Conn, queue: &str) -> Result<Counts> {
-    let mut st = conn.query(
-        "SELECT c.scheduled + coalesce(sum((e.state = 'scheduled') - (e.was = 'scheduled')), 0),
-                c.queued + coalesce(sum((e.state = 'waiting') - (e.was = 'queued')), 0),
-                c.running + coalesce(sum((e.state = 'running') - (e.was = 'running')), 0),
-                c.done + coalesce(sum((e.state = 'done') - (e.was = 'done')), 0),
-                c.failed + coalesce(sum((e.state = 'failed') - (e.was = 'failed')), 0),
-                c.started, c.edge, c.gedge
-         FROM tinyq_counts c LEFT JOIN tinyq_events e
-           ON e.seq > (SELECT max(seq) FROM tinyq_events) / 4 * 4 AND e.queue = c.queue AND e.was IS NOT NULL
-         WHERE c.queue = ?1",
-        &[&queue],
-    )?;
+    let mut st = conn.query("SELECT running, started, edge, gedge FROM tinyq_counts WHERE queue = ?1", &[&queue])?;
     Ok(if st.step()? {
-        Counts {
-            scheduled: st.int(0),
-            queued: st.int(1),
-            running: st.int(2),
-            done: st.int(3),
-            failed: st.int(4),
-            started: st.int(5),
-            edge: st.opt_int(6),
-            gedge: st.opt_int(7),
-        }
+        Counts { running: st.int(0), started: st.int(1), edge: st.opt_int(2), gedge: st.opt_int(3) }
     } else {
         Counts::default()
     })

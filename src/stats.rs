@@ -15,7 +15,16 @@ use crate::queues;
 /// One row of tq_stats.
 pub fn queue_row(conn: &Conn, name: &str, now: i64) -> Result<Vec<Val>> {
     let q = queues::load(conn, name)?;
-    let counts::Counts { scheduled, queued, running, done, failed, started, edge, .. } = counts::load(conn, name)?;
+    let mut st = conn.query(
+        "SELECT scheduled, queued, running, done, failed, started, edge FROM tinyq_counts WHERE queue = ?1",
+        &[&name],
+    )?;
+    let (scheduled, queued, running, done, failed, started, edge) = if st.step()? {
+        (st.int(0), st.int(1), st.int(2), st.int(3), st.int(4), st.int(5), st.opt_int(6))
+    } else {
+        (0, 0, 0, 0, 0, 0, None)
+    };
+    drop(st);
     let due = due_scheduled(conn, name, now)?;
     let expired = conn
         .one_int(
@@ -137,7 +146,7 @@ pub fn ahead(conn: &Conn, queue: &str, priority: i64, run_at: i64, seq: i64, now
         a += 1;
         if !after.step()? {
             drop((before, after));
-            let queued = counts::load(conn, queue)?.queued;
+            let queued = conn.one_int("SELECT queued FROM tinyq_counts WHERE queue = ?1", &[&queue])?.unwrap_or(0);
             let waiting = queued + due_scheduled(conn, queue, now)?;
             return Ok(waiting - 1 - b);
         }

@@ -62,21 +62,19 @@ fn settled_jobs(conn: &Conn, q: &Settings, now: i64, limit: i64, look: Look) -> 
 /// Events go oldest first, store-wide: they are in time order, so only the head of the
 /// log is looked at, up to its first event that is still young. They live as long as the
 /// longest `keep` of any queue. The newest event always stays, so that seq (a rowid) never
-/// goes back for watchers; so do the events not yet folded into the counters (counts.rs).
+/// goes back for watchers.
 fn events(conn: &Conn, _: &Settings, now: i64, limit: i64, look: Look) -> Result<i64> {
     delete_if_any(
         conn,
         look,
         "SELECT EXISTS (SELECT 1 FROM tinyq_events WHERE seq = (SELECT min(seq) FROM tinyq_events)
                           AND seq < (SELECT max(seq) FROM tinyq_events)
-                          AND seq <= (SELECT max(seq) FROM tinyq_events) / 4 * 4
                           AND at < ?1 - (SELECT max(coalesce(keep, ?2)) FROM tinyq_queues))",
         "DELETE FROM tinyq_events WHERE seq < min(
              (SELECT min(seq) FROM tinyq_events) + ?3,
              coalesce((SELECT seq FROM tinyq_events
                        WHERE at >= ?1 - (SELECT max(coalesce(keep, ?2)) FROM tinyq_queues) ORDER BY seq LIMIT 1),
-                      (SELECT max(seq) FROM tinyq_events)),
-             (SELECT max(seq) FROM tinyq_events) / 4 * 4 + 1)",
+                      (SELECT max(seq) FROM tinyq_events)))",
         &[&now, &crate::queues::DEFAULT_KEEP, &limit],
         2,
     )

@@ -558,17 +558,9 @@ def build_machine():
             self.check_counters(c)
 
         def check_counters(self, c):
-            """The counters claims and tq_stats read (tinyq_counts, tinyq_groups) match the rows.
-            tinyq_counts is as of the last fold (every 4th event); the status changes of the
-            events after it are added, as tinyq's readers add them."""
+            """The counters claims and tq_stats read (tinyq_counts, tinyq_groups) match the rows."""
             counted = {r[0]: r[1:] for r in c.execute(
-                "SELECT c.queue, c.scheduled + coalesce(sum((e.state = 'scheduled') - (e.was = 'scheduled')), 0),"
-                " c.queued + coalesce(sum((e.state = 'waiting') - (e.was = 'queued')), 0),"
-                " c.running + coalesce(sum((e.state = 'running') - (e.was = 'running')), 0),"
-                " c.done + coalesce(sum((e.state = 'done') - (e.was = 'done')), 0),"
-                " c.failed + coalesce(sum((e.state = 'failed') - (e.was = 'failed')), 0)"
-                " FROM tinyq_counts c LEFT JOIN tinyq_events e ON e.queue = c.queue AND e.was IS NOT NULL"
-                " AND e.seq > (SELECT max(seq) FROM tinyq_events) / 4 * 4 GROUP BY c.queue")}
+                "SELECT queue, scheduled, queued, running, done, failed FROM tinyq_counts")}
             for queue, *row in c.execute(
                     "SELECT queue, sum(status = 'scheduled'), sum(status = 'queued'), sum(status = 'running'),"
                     " sum(status = 'done'), sum(status = 'failed') FROM tinyq_jobs GROUP BY queue"):
