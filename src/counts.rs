@@ -57,26 +57,7 @@ pub fn slide(conn: &Conn, q: &Settings, now: i64) -> Result<Counts> {
     if let Some(window) = queue_window(q) {
         let edge = now - window;
         moved_back |= c.edge.is_some_and(|old| old > edge);
-        c.started = match c.edge {
-            None => conn
-                .one_int("SELECT count(*) FROM tinyq_starts WHERE queue = ?1 AND at > ?2", &[&q.name, &edge])?
-                .unwrap_or(0),
-            Some(old) if old == edge => c.started,
-            Some(old) => {
-                let (lo, hi) = (old.min(edge), old.max(edge));
-                let passed = conn
-                    .one_int(
-                        "SELECT count(*) FROM tinyq_starts WHERE queue = ?1 AND at > ?2 AND at <= ?3",
-                        &[&q.name, &lo, &hi],
-                    )?
-                    .unwrap_or(0);
-                if edge > old {
-                    c.started - passed
-                } else {
-                    c.started + passed
-                }
-            }
-        };
+        c.started = started_in_window(conn, &q.name, c.started, c.edge, edge)?;
         c.edge = Some(edge);
     }
     if let Some((_, window)) = q.group_rate {
@@ -109,6 +90,54 @@ pub fn slide(conn: &Conn, q: &Settings, now: i64) -> Result<Counts> {
         &[&q.name, &c.started, &c.edge, &c.gedge],
     )?;
     Ok(c)
+}
+
+/// The queue's starts inside the window whose edge is `edge`, from `started`, the count
+/// stored at the edge `old`: the starts between the two edges are counted out (or, for an
+/// edge moved back, in). Read-only: slide stores it; tq_stats and tq_wait only read it.
+pub fn started_in_window(conn: &Conn, queue: &str, started: i64, old: Option<i64>, edge: i64) -> Result<i64> {
+    Ok(match old {
+        None => conn
+            .one_int("SELECT count(*) FROM tinyq_starts WHERE queue = ?1 AND at > ?2", &[&queue, &edge])?
+            .unwrap_or(0),
+        Some(old) if old == edge => started,
+        Some(old) => {
+            let (lo, hi) = (old.min(edge), old.max(edge));
+            let passed = conn
+                .one_int(
+                    "SELECT count(*) FROM tinyq_starts WHERE queue = ?1 AND at > ?2 AND at <= ?3",
+                    &[&queue, &lo, &hi],
+                )?
+                .unwrap_or(0);
+            if edge > old {
+                started - passed
+            } else {
+                started + passed
+            }
+        }
+    })
+}
+
+/// The counters as a claim at `now` would find them, without writing (for tq_wait): the
+/// queue-wide window brought to `now`.
+pub fn current(conn: &Conn, q: &Settings, now: i64) -> Result<Counts> {
+    let mut c = load(conn, &q.name)?;
+    if let Some(window) = queue_window(q) {
+        c.started = started_in_window(conn, &q.name, c.started, c.edge, now - window)?;
+    }
+    Ok(c)
+}
+
+/// Have starts left the group rate window since the last claim? Then a group may have room
+/// that its stored count does not show yet (the next claim counts them out).
+pub fn group_window_moved(conn: &Conn, q: &Settings, now: i64) -> Result<bool> {
+    let (Some((_, window)), Some(gedge)) = (q.group_rate, load(conn, &q.name)?.gedge) else {
+        return Ok(false);
+    };
+    Ok(conn.one_int(
+        "SELECT EXISTS (SELECT 1 FROM tinyq_starts WHERE queue = ?1 AND at > ?2 AND at <= ?3 AND grp IS NOT NULL)",
+        &[&q.name, &gedge, &(now - window)],
+    )? == Some(1))
 }
 
 /// Counts in the starts a claim just took.

@@ -52,26 +52,7 @@ pub fn queue_row(conn: &Conn, name: &str, now: i64) -> Result<Vec<Val>> {
     )?;
     let in_window = match counts::queue_window(&q) {
         None => Val::Null,
-        Some(window) => Val::Int(match edge {
-            None => conn
-                .one_int("SELECT count(*) FROM tinyq_starts WHERE queue = ?1 AND at > ?2", &[&name, &(now - window)])?
-                .unwrap_or(0),
-            Some(edge) => {
-                let lo = edge.min(now - window);
-                let hi = edge.max(now - window);
-                let passed = conn
-                    .one_int(
-                        "SELECT count(*) FROM tinyq_starts WHERE queue = ?1 AND at > ?2 AND at <= ?3",
-                        &[&name, &lo, &hi],
-                    )?
-                    .unwrap_or(0);
-                if now - window > edge {
-                    started - passed
-                } else {
-                    started + passed
-                }
-            }
-        }),
+        Some(window) => Val::Int(counts::started_in_window(conn, name, started, edge, now - window)?),
     };
     Ok(vec![
         Val::Text(name.to_string()),

@@ -6,7 +6,7 @@ use std::time::Duration;
 use crate::claim;
 use crate::conn::Conn;
 use crate::ffi::{Out, Result, Val};
-use crate::{options, queues, schedules, schema, time};
+use crate::{counts, options, queues, schedules, schema, time};
 
 /// The longest a single tq_wait may block.
 const MAX_WAIT_MS: i64 = 3_600_000;
@@ -23,7 +23,10 @@ fn claimable(conn: &Conn, queue: &str, now: i64) -> Result<bool> {
     if q.paused {
         return Ok(false);
     }
-    if !claim::plan(conn, &q, &crate::counts::load(conn, &q.name)?, now, 1)?.is_empty() {
+    // The counters as the claim would slide them to now: starts may have left a window.
+    if !claim::plan(conn, &q, &counts::current(conn, &q, now)?, now, 1)?.is_empty()
+        || counts::group_window_moved(conn, &q, now)?
+    {
         return Ok(true);
     }
     // Due but not yet moved in line, or a lease that ran out: the next claim takes them

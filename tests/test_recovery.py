@@ -17,6 +17,8 @@ import statistics
 import subprocess
 import time
 
+import pytest
+
 from conftest import T0, add, claim, connect, get, ids, one, pin, renew, run_python, setq, settle, watch_all
 from proc_worker import Holder, spawn, wait_all
 
@@ -488,6 +490,27 @@ def test_wait_returns_at_once_when_a_job_is_already_due(db):
     assert one(db, "SELECT tq_wait('due-now', '10s')") == 1
     assert time.monotonic() - t < 3
     assert ids(claim(db, "due-now", "w1", 1)) == ["n1"]
+
+
+@pytest.mark.parametrize("limit", [{"rate": "2/10s"}, {"group_rate": "2/10s"}])
+def test_wait_returns_at_once_when_a_start_has_left_the_rate_window(db, limit):
+    """The counters are brought to the clock by claims; tq_wait must see a start that left
+    the window since the last claim, not wait for the next start to leave it too."""
+    setq(db, "rated", **limit)
+    for i in range(3):
+        add(db, "rated", id=f"r{i}", group="g")
+    pin(db, T0)
+    assert len(claim(db, "rated", "w", 1)) == 1
+    pin(db, T0 + 9_000)
+    assert len(claim(db, "rated", "w", 1)) == 1
+    pin(db, T0 + 9_999)
+    assert claim(db, "rated", "w", 1) == []      # two starts in the last 10 s
+    pin(db, T0 + 10_001)                         # the first has left the window (the second
+                                                 # leaves in 9 s, past the wait's timeout)
+    t = time.monotonic()
+    assert one(db, "SELECT tq_wait('rated', '2s')") == 1
+    assert time.monotonic() - t < 1.5
+    assert len(claim(db, "rated", "w", 1)) == 1
 
 
 def test_wait_returns_when_a_scheduled_job_becomes_due(db, db_path):
