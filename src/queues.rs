@@ -208,6 +208,7 @@ pub fn tq_queue(conn: &Conn, args: &[Val]) -> Result<Out> {
     let opts = Options::parse(Some(&args[1]), KEYS)?;
     conn.write_tx(|| {
         let mut s = load(conn, &name)?;
+        let before = s.clone();
         // Only the keys given change; apply() reads absent keys as None, so merge.
         let mut given = s.clone();
         apply(&mut given, &opts)?;
@@ -228,9 +229,13 @@ pub fn tq_queue(conn: &Conn, args: &[Val]) -> Result<Out> {
             keep,
             paused
         );
+        let limits = |q: &Settings| (q.rate, q.group_concurrency, q.group_rate);
+        let changed = limits(&s) != limits(&before);
         save(conn, &s)?;
-        if ["rate", "group_concurrency", "group_rate"].iter().any(|k| opts.present(k)) {
+        if changed {
             // The counters and the set-aside jobs follow the new limits (counts.rs, groups.rs).
+            // Only on a change: a worker that sets its queue's limits at every start pays
+            // nothing, while a rebuild walks the queue's set-aside jobs.
             crate::counts::rebuild(conn, &s, conn.now())?;
         }
         Ok(Out::Text(s.to_json()))

@@ -77,6 +77,12 @@ def full_group_drains(tmp_path, n):
     return db, claim_settle("q")
 
 
+def same_limits_again(tmp_path, n):
+    """A worker that sets its queue's limits at every start, unchanged, beside a full group."""
+    db, _ = full_group(tmp_path, n)
+    return db, lambda: [("SELECT tq_queue('q', '{\"group_concurrency\": 1}')", ())] * ROUNDS
+
+
 def many_full_groups(tmp_path, n):
     """n/100 full groups of 100 jobs each."""
     db = store(tmp_path, f"groups{n}")
@@ -126,6 +132,7 @@ def stats(tmp_path, n):
 CASES = {
     "full_group": full_group,
     "full_group_drains": full_group_drains,
+    "same_limits_again": same_limits_again,
     "many_full_groups": many_full_groups,
     "rate_window": rate_window,
     "get_last_waiting": last_waiting,
