@@ -227,9 +227,8 @@ pub fn plan(conn: &Conn, q: &Settings, used: &Counts, now: i64, n: i64) -> Resul
         };
         if let (true, Some(g)) = (limited, &group) {
             if !usage.contains_key(g) {
-                let counted = conn
+                let mut counted = conn
                     .query("SELECT running, started FROM tinyq_groups WHERE queue = ?1 AND grp = ?2", &[&q.name, g])?;
-                let mut counted = counted;
                 let u = if counted.step()? { (counted.int(0), counted.int(1)) } else { (0, 0) };
                 usage.insert(g.clone(), u);
             }

@@ -7,6 +7,19 @@ use crate::ffi::{Out, Result, Val};
 use crate::options::{self, Options};
 use crate::{queues, random, schema};
 
+/// SQL: does queue `$queue` have group limits, so that a due grouped job is set aside until
+/// its group promotes it? The SQL twin of `Settings::has_group_limits`, for statements that
+/// must stay one statement (tq_add from a trigger) or do not know the queue's settings.
+macro_rules! group_limited {
+    ($queue:literal) => {
+        concat!(
+            "EXISTS (SELECT 1 FROM tinyq_queues WHERE name = ",
+            $queue,
+            " AND (group_concurrency IS NOT NULL OR group_rate_n IS NOT NULL))"
+        )
+    };
+}
+
 /// Arguments of `tq_add`, checked before anything is written.
 struct NewJob {
     queue: String,
@@ -113,13 +126,12 @@ pub fn insert(conn: &Conn, job: &Row, now: i64) -> Result<bool> {
     let status = if job.run_at > now { "scheduled" } else { "queued" };
     let insert = || {
         conn.exec(
-            "INSERT INTO tinyq_jobs (id, queue, status, grp, priority, run_at, budget, payload, meta, created_at, changed_at, attempt, parked)
+            concat!("INSERT INTO tinyq_jobs (id, queue, status, grp, priority, run_at, budget, payload, meta, created_at, changed_at, attempt, parked)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?10,
                      coalesce((SELECT attempt FROM tinyq_tombstones WHERE id = ?1), 0),
                      -- set aside until its group promotes it (groups.rs)
-                     CASE WHEN ?4 IS NOT NULL AND ?3 = 'queued' THEN EXISTS (SELECT 1 FROM tinyq_queues WHERE name = ?2
-                         AND (group_concurrency IS NOT NULL OR group_rate_n IS NOT NULL)) ELSE 0 END)
-             ON CONFLICT (id) DO NOTHING",
+                     CASE WHEN ?4 IS NOT NULL AND ?3 = 'queued' THEN ", group_limited!("?2"), " ELSE 0 END)
+             ON CONFLICT (id) DO NOTHING"),
             &[&job.id, &job.queue, &status, job.group, &job.priority, &job.run_at, &job.budget, job.payload, job.meta, &now],
         )
     };
@@ -237,11 +249,14 @@ pub fn tq_retry(conn: &Conn, args: &[Val]) -> Result<Out> {
     conn.write_tx(|| {
         let now = conn.now();
         let n = conn.exec(
-            "UPDATE tinyq_jobs SET status = 'queued', tries = 0, run_at = ?2, lease_until = NULL, deadline = NULL,
+            concat!(
+                "UPDATE tinyq_jobs SET status = 'queued', tries = 0, run_at = ?2, lease_until = NULL, deadline = NULL,
                  holder = NULL, settled_at = NULL, expires_at = NULL, changed_at = ?2, note = 'retry',
-                 parked = grp IS NOT NULL AND EXISTS (SELECT 1 FROM tinyq_queues WHERE name = tinyq_jobs.queue
-                     AND (group_concurrency IS NOT NULL OR group_rate_n IS NOT NULL))
-             WHERE id = ?1 AND status = 'failed'",
+                 parked = grp IS NOT NULL AND ",
+                group_limited!("tinyq_jobs.queue"),
+                "
+             WHERE id = ?1 AND status = 'failed'"
+            ),
             &[&id, &now],
         )?;
         Ok(Out::Int(n.min(1)))
