@@ -3,13 +3,13 @@
 
 use std::collections::HashMap;
 
-use crate::conn::{Bind, Conn};
 use crate::counts::{self, Counts};
-use crate::ffi::{Result, Val};
 use crate::groups::{self, Place};
 use crate::options::{self, Options};
 use crate::queues::{self, Settings};
 use crate::settle::{self, Held, Outcome};
+use crate::sqlite::{Bind, Conn};
+use crate::sqlite::{Result, Val};
 use crate::{holders, schedules, sweep, wal};
 
 /// Most jobs one claim may take.

@@ -5,9 +5,9 @@
 //! and counts the starts it passes over, so a claim's work is the starts that left since
 //! the previous one, not the starts inside the window.
 
-use crate::conn::Conn;
-use crate::ffi::Result;
 use crate::queues::Settings;
+use crate::sqlite::Conn;
+use crate::sqlite::Result;
 
 /// The queue-wide window tq_stats reports and `rate` limits: the rate's, else the group rate's.
 pub fn queue_window(q: &Settings) -> Option<i64> {

@@ -9,7 +9,7 @@ use chrono_tz::Tz;
 use croner::parser::{CronParser, Seconds, Year};
 use croner::Cron;
 
-use crate::ffi::Val;
+use crate::sqlite::Val;
 use crate::time;
 
 /// Most jobs one claim adds for one schedule after a gap, with `missed = 'all'`.

@@ -9,9 +9,9 @@
 //! next claim on the queue promotes the right head of each dirty group before it plans, in
 //! its own transaction.
 
-use crate::conn::Conn;
-use crate::ffi::Result;
 use crate::queues::Settings;
+use crate::sqlite::Conn;
+use crate::sqlite::Result;
 
 /// A job's place in claim order: higher priority first, then run_at, then seq.
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Debug)]
@@ -34,7 +34,7 @@ pub fn has_room(q: &Settings, running: i64, started: i64) -> bool {
 
 /// The first parked job of the group after `after` (or the first of all), in claim order.
 pub fn next_parked(conn: &Conn, queue: &str, grp: &str, after: Option<Place>, now: i64) -> Result<Option<Place>> {
-    let read = |st: &mut crate::conn::Stmt| -> Result<Option<Place>> {
+    let read = |st: &mut crate::sqlite::Stmt| -> Result<Option<Place>> {
         Ok(if st.step()? { Some(Place::new(st.int(0), st.int(1), st.int(2))) } else { None })
     };
     let Some(after) = after else {
@@ -51,7 +51,7 @@ pub fn next_parked(conn: &Conn, queue: &str, grp: &str, after: Option<Place>, no
     // seek tests the due time on ?4, not run_at: given `run_at <= ?6` beside `run_at = ?4`,
     // SQLite seeks the range and sorts every due job of that priority (a temporary b-tree).
     let priority = -after.neg_priority;
-    let binds: [&dyn crate::conn::Bind; 6] = [&queue, &grp, &priority, &after.run_at, &after.seq, &now];
+    let binds: [&dyn crate::sqlite::Bind; 6] = [&queue, &grp, &priority, &after.run_at, &after.seq, &now];
     for sql in [
         "SELECT priority, run_at, seq FROM tinyq_jobs
          WHERE status = 'queued' AND parked = 1 AND queue = ?1 AND grp = ?2 AND priority = ?3

@@ -2,9 +2,9 @@
 
 use serde_json::json;
 
-use crate::conn::Conn;
-use crate::ffi::{Out, Result, Val};
 use crate::options::{self, Options};
+use crate::sqlite::Conn;
+use crate::sqlite::{Out, Result, Val};
 use crate::{queues, random, schema};
 
 /// SQL: does queue `$queue` have group limits, so that a due grouped job is set aside until

@@ -29,15 +29,6 @@ pub mod time;
 pub mod wal;
 pub mod watch;
 
-/// The names the queue's modules imported the glue by before it moved to sqlite/, kept
-/// while branches written against them merge; new code imports `crate::sqlite`.
-#[doc(hidden)]
-pub use sqlite as conn;
-#[doc(hidden)]
-pub use sqlite as ffi;
-#[doc(hidden)]
-pub use sqlite as vtab;
-
 use std::ffi::c_int;
 use std::rc::Rc;
 

@@ -11,8 +11,8 @@ use std::collections::HashMap;
 use std::fmt::Write;
 use std::sync::Mutex;
 
-use crate::conn::Conn;
-use crate::ffi::{Result, Val};
+use crate::sqlite::Conn;
+use crate::sqlite::{Result, Val};
 
 struct Key {
     col: &'static str,

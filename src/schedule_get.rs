@@ -2,8 +2,8 @@
 //! included), or NULL. Read-only: it lets an operator's tool pause or resume a schedule by
 //! calling `tq_schedule` again with the same definition.
 
-use crate::conn::Conn;
-use crate::ffi::{Out, Result, Val};
+use crate::sqlite::Conn;
+use crate::sqlite::{Out, Result, Val};
 use crate::{options, schedules, schema};
 
 /// tq_schedule_get(name) -> JSON of the schedule, or NULL when there is no such schedule.

@@ -5,12 +5,12 @@
 
 use serde_json::json;
 
-use crate::conn::Conn;
 use crate::cron::{self, Missed, Timing};
-use crate::ffi::{Error, Out, Result, Val};
 use crate::jobs::{self, Row};
 use crate::options::{self, Options};
 use crate::schema;
+use crate::sqlite::Conn;
+use crate::sqlite::{Error, Out, Result, Val};
 
 /// A schedule as stored in tinyq_schedules.
 struct Schedule {

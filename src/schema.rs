@@ -1,8 +1,8 @@
 //! The store's tables: created on first use from sql/, migrated forward by version.
 //! tinyq records its version in tinyq_meta, never in PRAGMA user_version.
 
-use crate::conn::Conn;
-use crate::ffi::{Error, Result};
+use crate::sqlite::Conn;
+use crate::sqlite::{Error, Result};
 
 /// What a new store is created with, at this version.
 const STORE: (i64, &str) = (4, include_str!("../sql/store.sql"));

@@ -7,10 +7,10 @@
 //! counts it out. Each of those is counted over its own index range, so the cost is the
 //! number of such rows since the queue's last claim, never the number of waiting jobs.
 
-use crate::conn::Conn;
 use crate::counts;
-use crate::ffi::{Result, Val};
 use crate::queues;
+use crate::sqlite::Conn;
+use crate::sqlite::{Result, Val};
 
 /// One row of tq_stats.
 pub fn queue_row(conn: &Conn, name: &str, now: i64) -> Result<Vec<Val>> {
@@ -96,7 +96,7 @@ pub fn queue_names(conn: &Conn, queue: Option<&str>) -> Result<Vec<String>> {
 /// end gives the answer: the cost is that of the shorter side, min(ahead, behind): flat
 /// for the first and the last jobs in line, at most half the line in the middle.
 pub fn ahead(conn: &Conn, queue: &str, priority: i64, run_at: i64, seq: i64, now: i64) -> Result<i64> {
-    let binds: [&dyn crate::conn::Bind; 5] = [&queue, &priority, &run_at, &seq, &now];
+    let binds: [&dyn crate::sqlite::Bind; 5] = [&queue, &priority, &run_at, &seq, &now];
     let mut before = conn.query(
         "SELECT 1 FROM tinyq_jobs WHERE status = 'queued' AND queue = ?1 AND parked = 0 AND priority > ?2
          UNION ALL SELECT 1 FROM tinyq_jobs WHERE status = 'queued' AND queue = ?1 AND parked = 0 AND priority = ?2 AND run_at < ?3

@@ -3,9 +3,9 @@
 
 use std::rc::Rc;
 
-use crate::conn::Conn;
-use crate::ffi::{Result, Val};
-use crate::vtab::{Rows, TableFn};
+use crate::sqlite::Conn;
+use crate::sqlite::{Result, Val};
+use crate::sqlite::{Rows, TableFn};
 use crate::{options, schema};
 
 /// SELECT * FROM tq_steps(id): in the order they were kept.

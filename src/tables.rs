@@ -3,12 +3,12 @@
 use std::rc::Rc;
 
 use crate::claim;
-use crate::conn::Conn;
-use crate::ffi::{Error, Result, Val};
 use crate::options;
 use crate::pages;
 use crate::schema;
-use crate::vtab::{Rows, TableFn};
+use crate::sqlite::Conn;
+use crate::sqlite::{Error, Result, Val};
+use crate::sqlite::{Rows, TableFn};
 
 fn arg(filters: &[Option<Val>], i: usize) -> Option<&Val> {
     filters.get(i).and_then(Option::as_ref)

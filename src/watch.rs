@@ -4,8 +4,8 @@
 use std::time::Duration;
 
 use crate::claim;
-use crate::conn::Conn;
-use crate::ffi::{Out, Result, Val};
+use crate::sqlite::Conn;
+use crate::sqlite::{Out, Result, Val};
 use crate::{counts, options, queues, schedules, schema, time};
 
 /// The longest a single tq_wait may block.
