@@ -99,6 +99,7 @@ soak: $(EXT) node/node_modules
 # bench/scale.py: the cost of one call as the store grows (COST-01): bench/results/scale.md and scale.png.
 bench: $(EXT) node/node_modules
 	$(PY) bench/lifecycle.py
+	$(PY) bench/lifecycle.py --floor-variants
 	$(PY) bench/peers.py
 	$(PY) bench/workers.py
 	$(PY) bench/scale.py
@@ -106,6 +107,7 @@ bench: $(EXT) node/node_modules
 
 bench-quick: $(EXT) node/node_modules
 	$(PY) bench/lifecycle.py --quick
+	$(PY) bench/lifecycle.py --quick --floor-variants
 	$(PY) bench/peers.py --quick
 	$(PY) bench/workers.py --quick
 	$(PY) bench/scale.py --quick

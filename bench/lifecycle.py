@@ -144,17 +144,37 @@ class Floor:
     fenced by (id, attempt) (JOB-05). It leaves out all the rest tinyq does (groups, rate
     windows, steps, attempts budgets, schedules, holders, tombstones), so it is a floor, not
     a rival.
+
+    `without` takes pieces out, to see what each rule costs (--floor-variants): "events",
+    "counts"; "rowid" keys the jobs by their id (WITHOUT ROWID) instead of an integer.
     """
     name = "floor"
 
-    def __init__(self, path, ext=None):
+    def __init__(self, path, ext=None, without=()):
         self.conn = connect(path)
         self.added = 0
+        by_id = "rowid" in without
+        key = "id" if by_id else "seq"
+        events = "" if "events" in without else (
+            "INSERT INTO events(id, queue, state, attempt, at)"
+            " VALUES (NEW.id, NEW.queue, NEW.status, NEW.attempt, NEW.run_at);")
+        counted = "counts" not in without
+        add_counts = ("INSERT INTO counts(queue, queued) VALUES (NEW.queue, 1)"
+                      " ON CONFLICT(queue) DO UPDATE SET queued = queued + 1;") if counted else ""
+        change_counts = ("UPDATE counts SET queued = queued + (NEW.status = 'queued') - (OLD.status = 'queued'),"
+                         " running = running + (NEW.status = 'running') - (OLD.status = 'running'),"
+                         " done = done + (NEW.status = 'done') - (OLD.status = 'done')"
+                         " WHERE queue = NEW.queue;") if counted else ""
+        triggers = ""
+        if events or add_counts:
+            triggers = """
+            CREATE TRIGGER IF NOT EXISTS jobs_added AFTER INSERT ON jobs BEGIN %s %s END;
+            CREATE TRIGGER IF NOT EXISTS jobs_changed AFTER UPDATE OF status ON jobs BEGIN %s %s END;
+            """ % (events, add_counts, events, change_counts)
         self.conn.executescript("""
-            CREATE TABLE IF NOT EXISTS jobs(seq INTEGER PRIMARY KEY, id TEXT NOT NULL UNIQUE,
-                queue TEXT NOT NULL, status TEXT NOT NULL, priority INTEGER NOT NULL,
-                run_at INTEGER NOT NULL, attempt INTEGER NOT NULL, lease_until INTEGER,
-                payload BLOB, result BLOB, expires_at INTEGER);
+            CREATE TABLE IF NOT EXISTS jobs(%s, queue TEXT NOT NULL, status TEXT NOT NULL,
+                priority INTEGER NOT NULL, run_at INTEGER NOT NULL, attempt INTEGER NOT NULL,
+                lease_until INTEGER, payload BLOB, result BLOB, expires_at INTEGER)%s;
             CREATE INDEX IF NOT EXISTS jobs_claim ON jobs(queue, priority DESC, run_at, seq)
                 WHERE status = 'queued';
             CREATE INDEX IF NOT EXISTS jobs_running ON jobs(queue, lease_until) WHERE status = 'running';
@@ -163,37 +183,27 @@ class Floor:
                 queue TEXT NOT NULL, state TEXT NOT NULL, attempt INTEGER NOT NULL, at INTEGER NOT NULL);
             CREATE TABLE IF NOT EXISTS counts(queue TEXT PRIMARY KEY, queued INTEGER NOT NULL DEFAULT 0,
                 running INTEGER NOT NULL DEFAULT 0, done INTEGER NOT NULL DEFAULT 0) WITHOUT ROWID;
-            CREATE TRIGGER IF NOT EXISTS jobs_added AFTER INSERT ON jobs BEGIN
-              INSERT INTO events(id, queue, state, attempt, at)
-                VALUES (NEW.id, NEW.queue, NEW.status, NEW.attempt, NEW.run_at);
-              INSERT INTO counts(queue, queued) VALUES (NEW.queue, 1)
-                ON CONFLICT(queue) DO UPDATE SET queued = queued + 1;
-            END;
-            CREATE TRIGGER IF NOT EXISTS jobs_changed AFTER UPDATE OF status ON jobs BEGIN
-              INSERT INTO events(id, queue, state, attempt, at)
-                VALUES (NEW.id, NEW.queue, NEW.status, NEW.attempt, NEW.run_at);
-              UPDATE counts SET queued = queued + (NEW.status = 'queued') - (OLD.status = 'queued'),
-                running = running + (NEW.status = 'running') - (OLD.status = 'running'),
-                done = done + (NEW.status = 'done') - (OLD.status = 'done')
-              WHERE queue = NEW.queue;
-            END;
-        """)
+            %s
+        """ % ("seq INTEGER NOT NULL, id TEXT PRIMARY KEY" if by_id else "seq INTEGER PRIMARY KEY, id TEXT NOT NULL UNIQUE",
+               " WITHOUT ROWID" if by_id else "", triggers))
+        self.claim_sql = (
+            "UPDATE jobs SET status = 'running', attempt = attempt + 1, lease_until = ?"
+            " WHERE %s IN (SELECT %s FROM jobs WHERE queue = ? AND status = 'queued'"
+            "  AND run_at <= ? ORDER BY priority DESC, run_at, seq LIMIT ?)"
+            " RETURNING id, attempt, payload" % (key, key))
 
     def add(self, queue, payload):
         self.added += 1
         t = now_ms()
         job_id = "tq_%013d%013d" % (t, self.added)  # time-ordered, as long as tinyq's ids
         self.conn.execute(
-            "INSERT INTO jobs(id, queue, status, priority, run_at, attempt, payload)"
-            " VALUES (?, ?, 'queued', 0, ?, 0, ?) ON CONFLICT(id) DO NOTHING", (job_id, queue, t, payload))
+            "INSERT INTO jobs(seq, id, queue, status, priority, run_at, attempt, payload)"
+            " VALUES (?, ?, ?, 'queued', 0, ?, 0, ?) ON CONFLICT(id) DO NOTHING",
+            (self.added, job_id, queue, t, payload))
 
     def claim(self, queue, worker, n):
         t = now_ms()
-        return self.conn.execute(
-            "UPDATE jobs SET status = 'running', attempt = attempt + 1, lease_until = ?"
-            " WHERE seq IN (SELECT seq FROM jobs WHERE queue = ? AND status = 'queued'"
-            "  AND run_at <= ? ORDER BY priority DESC, run_at, seq LIMIT ?)"
-            " RETURNING id, attempt, payload", (t + LEASE_MS, queue, t, n)).fetchall()
+        return self.conn.execute(self.claim_sql, (t + LEASE_MS, queue, t, n)).fetchall()
 
     def settle(self, job_id, attempt):
         cur = self.conn.execute(
@@ -201,6 +211,36 @@ class Floor:
             " WHERE id = ? AND attempt = ? AND status = 'running'",
             (now_ms() + 86_400_000, job_id, attempt))
         return cur.rowcount
+
+
+FLOOR_VARIANTS = [("the floor, all of it", ()), ("without the counts (COST-01 gone)", ("counts",)),
+                  ("without the event log (WAT-01 gone)", ("events",)),
+                  ("without both (only the id, lease and expiry indexes)", ("counts", "events")),
+                  ("jobs keyed by id, WITHOUT ROWID (everything kept)", ("rowid",))]
+
+
+def floor_variants(size, emit):
+    """The floor with one piece taken out at a time, each against the baseline in the same
+    run: what each rule costs any design (ratios to the baseline, best of the runs)."""
+    emit("## The floor, piece by piece: ratio to the baseline (best of %d)" % size["repeats"])
+    emit()
+    emit("| floor variant | one job per call | batches of 100 |")
+    emit("|---|---|---|")
+    for label, without in FLOOR_VARIANTS:
+        cells = []
+        for workload, n in ((one_per_call, size["one"]), (batches, size["batch"])):
+            best = {}
+            for _ in range(size["repeats"]):
+                for name, make in (("baseline", Baseline), ("floor", lambda p, e: Floor(p, e, without))):
+                    path = fresh_path("variant-" + name)
+                    system = make(path, None)
+                    wall, _us = workload(system, n)
+                    system.conn.close()
+                    remove_db(path)
+                    best[name] = min(wall, best.get(name, wall))
+            cells.append("%.2f" % (best["baseline"] / best["floor"]))
+        emit("| %s | %s |" % (label, " | ".join(cells)))
+    emit()
 
 
 class Tinyq:
@@ -377,6 +417,8 @@ def main():
                         help="skip tinyq (to check the harness without the extension)")
     parser.add_argument("--ext", default=EXT, help="extension path without .so (default %(default)s)")
     parser.add_argument("--out", default=RESULTS, help="results file (default %(default)s)")
+    parser.add_argument("--floor-variants", action="store_true",
+                        help="only the floor with one piece out at a time, against the baseline")
     parser.add_argument("--raw-malloc", action="store_true",
                         help="keep glibc's default heap trimming (noisier; see the docstring)")
     args = parser.parse_args()
@@ -417,14 +459,21 @@ def main():
     for k, v in facts.items():
         emit("- %s: %s" % (k, v))
     emit("- settings: WAL, synchronous=NORMAL, Python sqlite3 driver, autocommit connection;"
-         " best of %d runs, baseline and tinyq alternating" % size["repeats"])
+         " best of %d runs, the systems in turn" % size["repeats"])
     emit()
+    if args.floor_variants:
+        floor_variants(size, emit)
+        out_path = os.path.join(ROOT, "bench", "results", "floor.md") if args.out == RESULTS else args.out
+        with open(out_path, "w") as f:
+            f.write("\n".join(out) + "\n")
+        print("\nwrote %s" % os.path.relpath(out_path, os.getcwd()), file=sys.stderr)
+        return
 
-    # Driver floor: what any call costs before the queue does anything.
+    # Call overhead: what any call costs before the queue does anything.
     conn = connect(fresh_path("overhead"), ext)
-    floor = {"SELECT 1": call_overhead(conn, "SELECT 1")}
+    overhead = {"SELECT 1": call_overhead(conn, "SELECT 1")}
     if ext:
-        floor["SELECT tq_now()"] = call_overhead(conn, "SELECT tq_now()")
+        overhead["SELECT tq_now()"] = call_overhead(conn, "SELECT tq_now()")
     conn.close()
     remove_db(os.path.join(WORK, "overhead.db"))
 
@@ -515,8 +564,8 @@ def main():
     emit("CPU is this process's user+system time; wall minus CPU is time spent waiting "
          "(fsync at checkpoints, or other processes on the CPUs).")
     emit()
-    emit("Driver floor, µs per autocommit call: " +
-         ", ".join("`%s` %.2f" % (k, v) for k, v in floor.items()))
+    emit("Call overhead, µs per autocommit call: " +
+         ", ".join("`%s` %.2f" % (k, v) for k, v in overhead.items()))
     emit()
 
     emit("## Claim cost vs backlog: claim 1 + settle, µs (mean of %d, best of %d rounds)"
