@@ -357,26 +357,27 @@ test('jobs claimed ahead are renewed while they wait and go back on stop, no try
 
 test('prefetch auto: jobs done before a slow one are settled meanwhile, those behind it go back on stop', async () => {
   const q = newQueue();
-  const ids = addJobs(q, 20);
+  const ids = addJobs(q, 30);
   let release;
   const gate = new Promise((resolve) => { release = resolve; });
-  let blocked = false;
-  const working = q.work(async (payload) => {
-    if (payload.i === 10) { // ten tiny jobs first, then one that blocks
-      blocked = true;
+  let blocked = null;
+  const working = q.work(async ({ i }) => {
+    // tiny jobs first, then one that blocks: the first after ten with a job claimed behind it
+    if (blocked === null && i >= 10 && q.get(ids[i + 1]).state === 'running') {
+      blocked = i;
       await gate;
     }
   });
-  await until(() => blocked);
-  const ahead = ids.slice(11).filter((id) => q.get(id).state === 'running');
-  await until(() => ids.slice(0, 10).every((id) => q.get(id).state === 'done'), 3000);
+  await until(() => blocked !== null);
+  const ahead = ids.slice(blocked + 1).filter((id) => q.get(id).state === 'running');
+  await until(() => ids.slice(0, blocked).every((id) => q.get(id).state === 'done'), 3000);
   const stopped = q.stop();
   release();
   await stopped;
   await working;
   assert.ok(ahead.length >= 1 && ahead.length <= 7, `claimed ahead: ${ahead}`);
-  assert.ok(ids.slice(0, 11).every((id) => q.get(id).state === 'done'));
-  assert.ok(ids.slice(11).every((id) => q.get(id).state === 'waiting' && q.get(id).tries === 0));
+  assert.ok(ids.slice(0, blocked + 1).every((id) => q.get(id).state === 'done'));
+  assert.ok(ids.slice(blocked + 1).every((id) => q.get(id).state === 'waiting' && q.get(id).tries === 0));
 });
 
 test('a bad prefetch is an error naming it and its value', async () => {
