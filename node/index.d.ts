@@ -185,5 +185,5 @@ export class Queue<P = any> {
 export function extensionPath(): string;
 /** Loads tinyq into a better-sqlite3 Database; returns it. */
 export function load(db: BetterDatabase): BetterDatabase;
-/** A Database with tinyq loaded, WAL, synchronous=NORMAL and a 5 s busy timeout. */
+/** A Database with tinyq loaded, WAL, synchronous=FULL and a 5 s busy timeout. */
 export function open(file: string, options?: DatabaseOptions): BetterDatabase;
