@@ -394,10 +394,7 @@ const MAX_CLAIM = 1000; // tq_claim's largest n
  * only the free places. */
 class Pace {
   constructor(prefetch) {
-    if (prefetch !== 'auto' && !(Number.isSafeInteger(prefetch) && prefetch >= 0)) {
-      throw new Error(`prefetch must be 'auto' or a whole number >= 0, not ${util.inspect(prefetch)}`);
-    }
-    this.fixed = prefetch === 'auto' ? null : prefetch;
+    this.fixed = wholeNumber('prefetch', prefetch, 0, 'auto') === 'auto' ? null : prefetch;
     this.average = null; // ms
   }
 
@@ -411,9 +408,16 @@ class Pace {
   }
 }
 
+/** The option `value` when it is a whole number >= `least` (or `other`), else an error
+ * naming the option and the value. */
+function wholeNumber(option, value, least, other) {
+  if ((other !== undefined && value === other) || (Number.isSafeInteger(value) && value >= least)) return value;
+  const also = other === undefined ? '' : `${util.inspect(other)} or `;
+  throw new Error(`${option} must be ${also}a whole number >= ${least}, not ${util.inspect(value)}`);
+}
+
 async function workLoop(queue, handler, opts) {
-  const concurrency = opts.concurrency ?? 1;
-  if (!(concurrency >= 1)) throw new Error('concurrency must be at least 1');
+  const concurrency = wholeNumber('concurrency', opts.concurrency ?? 1, 1);
   const errors = opts.errors ?? 'message';
   if (errors !== 'message' && errors !== 'class') throw new Error(`errors must be 'message' or 'class', not ${errors}`);
   const pace = new Pace(opts.prefetch ?? 'auto');

@@ -380,13 +380,17 @@ test('prefetch auto: jobs done before a slow one are settled meanwhile, those be
   assert.ok(ids.slice(blocked + 1).every((id) => q.get(id).state === 'waiting' && q.get(id).tries === 0));
 });
 
-test('a bad prefetch is an error naming it and its value', async () => {
+test('a bad prefetch or concurrency is an error naming it and its value', async () => {
   const q = newQueue();
   q.add({}, { id: 'a' });
   for (const [value, shown] of [[-1, '-1'], [1.5, '1.5'], ['7', "'7'"], ['AUTO', "'AUTO'"], [NaN, 'NaN'],
     [Infinity, 'Infinity'], [true, 'true'], [{}, '{}']]) {
     await assert.rejects(q.work(async () => {}, { prefetch: value }),
       { message: `prefetch must be 'auto' or a whole number >= 0, not ${shown}` });
+  }
+  for (const [value, shown] of [[0, '0'], [2.5, '2.5'], ['4', "'4'"], [Infinity, 'Infinity']]) {
+    await assert.rejects(q.work(async () => {}, { concurrency: value }),
+      { message: `concurrency must be a whole number >= 1, not ${shown}` });
   }
   assert.equal(q.get('a').state, 'waiting'); // nothing claimed
   await workUntilSettled(q, ['a'], async () => {}, { prefetch: 5 }); // work() is usable again
