@@ -44,7 +44,7 @@ const kinds = {
     db.close();
     const q = new tinyq.Queue(spec.path, 'q');
     return drain(spec.n, (handler) => {
-      const working = q.work(handler, { concurrency: spec.c });
+      const working = q.work(handler, { concurrency: spec.c, prefetch: spec.prefetch });
       return () => q.stop().then(() => working);
     });
   },

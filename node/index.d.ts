@@ -107,6 +107,11 @@ export interface WorkOptions {
   handleSignals?: boolean;
   /** What a thrown error records: 'message' ("Name: message", the default) or 'class' ("Name"). */
   errors?: 'message' | 'class';
+  /** Jobs claimed ahead of the running handlers, in the same transaction, leased and renewed
+   * while they wait, put back (a snooze of 0, no try used up) on stop: 'auto' (the default)
+   * claims 7 ahead while the handlers take under 1 ms, none after slow ones; a whole number
+   * is fixed; 0 never claims ahead. */
+  prefetch?: 'auto' | number;
 }
 
 /** Thrown by run.retry / run.snooze / run.fail: the worker settles the job with it. */
@@ -180,5 +185,5 @@ export class Queue<P = any> {
 export function extensionPath(): string;
 /** Loads tinyq into a better-sqlite3 Database; returns it. */
 export function load(db: BetterDatabase): BetterDatabase;
-/** A Database with tinyq loaded, WAL, synchronous=NORMAL and a 5 s busy timeout. */
+/** A Database with tinyq loaded, WAL, synchronous=FULL and a 5 s busy timeout. */
 export function open(file: string, options?: DatabaseOptions): BetterDatabase;

@@ -125,3 +125,47 @@ test('SIGTERM with five jobs in flight: all five settle, nothing more is claimed
   assert.deepEqual(ids.slice(5).map((id) => q.get(id).attempt), Array(7).fill(0));
   q.close();
 });
+
+test('jobs claimed ahead by a worker that is then killed (SIGKILL) run in the next worker, once', async () => {
+  const file = tempDb();
+  const q = new tinyq.Queue(file, 'q');
+  q.settings({ lease: '30s' });
+  const ids = Array.from({ length: 30 }, (_, i) => q.add({ i }, { id: `k${String(i).padStart(2, '0')}`, priority: 100 - i }));
+
+  // Tiny jobs, then one that never finishes (the parent kills us there): the first after ten
+  // with a job claimed behind it.
+  const worker = child(`
+    const q = new tinyq.Queue(process.env.TINYQ_TEST_DB, 'q');
+    q.work(async ({ i }, run) => {
+      console.log('started ' + run.id);
+      const next = 'k' + String(i + 1).padStart(2, '0');
+      if (i >= 10 && q.get(next).state === 'running') {
+        console.log('blocked ' + run.id);
+        await new Promise(() => {});
+      }
+    });`, file);
+  const blocked = Number((await worker.line(/blocked k(\d\d)/))[1]);
+  const ahead = ids.slice(blocked + 1).filter((id) => q.get(id).state === 'running');
+  const done = (some) => some.every((id) => q.get(id).state === 'done');
+  for (const t0 = Date.now(); !done(ids.slice(0, blocked)) && Date.now() - t0 < 5000;) { // settled within 20 ms
+    await new Promise((resolve) => setTimeout(resolve, 10));
+  }
+  worker.kill('SIGKILL');
+  assert.equal((await worker.exited).signal, 'SIGKILL');
+  const [output] = await worker.line(/[^]*/);
+  assert.ok(ahead.length >= 1 && ahead.length <= 7, `claimed ahead: ${ahead}`);
+  assert.ok(ahead.every((id) => !output.includes(`started ${id}`)), output);
+
+  // The dead process's leases end at the next claim (DUR-02), long before their 30 s.
+  const ran = [];
+  const working = q.work(async (payload, run) => { ran.push(run.id); });
+  for (const t0 = Date.now(); !done(ids) && Date.now() - t0 < 10000;) {
+    await new Promise((resolve) => setTimeout(resolve, 20));
+  }
+  await q.stop();
+  await working;
+  assert.deepEqual(ran.sort(), ids.slice(blocked)); // the killed job and those claimed ahead, once each
+  assert.ok(done(ids));
+  assert.ok(ahead.every((id) => q.get(id).attempt === 2)); // the dead worker's lease, then ours
+  q.close();
+});

@@ -284,3 +284,115 @@ test('the heartbeat renews every running job in one pass', async () => {
   assert.ok(Math.max(...leases) - Math.min(...leases) <= 5, `leases ${leases}`);
   assert.deepEqual([0, 1, 2].map((i) => q.get(`j${i}`).attempt), [1, 1, 1]);
 });
+
+// -- prefetch: jobs claimed ahead of the running handlers ---------------------------------
+
+/** `n` jobs j00, j01, ... in that claim order (by priority); their ids. */
+function addJobs(q, n) {
+  return Array.from({ length: n }, (_, i) => q.add({ i }, { id: `j${String(i).padStart(2, '0')}`, priority: 1000 - i }));
+}
+
+/** Work `q` until the jobs are settled, the handler (after `await handler(payload)`) noting
+ * the ids in the order they started and the most jobs of the queue leased at once. */
+async function startsAndLeases(q, ids, opts, handler = async () => {}) {
+  const started = [];
+  let most = 0;
+  const leases = q.db.prepare("SELECT leases FROM tq_stats('q')").pluck();
+  await workUntilSettled(q, ids, async (payload, run) => {
+    started.push(run.id);
+    most = Math.max(most, leases.get());
+    await handler(payload);
+  }, opts);
+  return { started, most };
+}
+
+test('prefetch (auto): every job runs once, in claim order, with jobs claimed ahead', async () => {
+  for (const concurrency of [1, 4]) {
+    const q = newQueue();
+    const ids = addJobs(q, 60);
+    const { started, most } = await startsAndLeases(q, ids, { concurrency });
+    assert.deepEqual(started, ids);
+    assert.ok(ids.every((id) => q.get(id).state === 'done' && q.get(id).attempt === 1));
+    assert.ok(most > concurrency, `at most ${most} leased at once with concurrency ${concurrency}`);
+    assert.ok(most <= concurrency + 7, `${most} leased at once with concurrency ${concurrency}`);
+  }
+});
+
+test('slow handlers (5 ms) and prefetch: 0 claim only the free places', async () => {
+  for (const [opts, handler] of [[{}, () => sleep(5)], [{ prefetch: 0 }, async () => {}]]) {
+    const q = newQueue();
+    const ids = addJobs(q, 30);
+    const { started, most } = await startsAndLeases(q, ids, { concurrency: 2, ...opts }, handler);
+    assert.deepEqual(started, ids);
+    assert.ok(ids.every((id) => q.get(id).state === 'done'));
+    assert.ok(most <= 2, `${most} leased at once with ${JSON.stringify(opts)}`);
+  }
+});
+
+test('jobs claimed ahead are renewed while they wait and go back on stop, no try used up', async () => {
+  const q = newQueue();
+  q.settings({ lease: '1s' });
+  const ids = addJobs(q, 5);
+  let release;
+  const gate = new Promise((resolve) => { release = resolve; });
+  const started = [];
+  const working = q.work(async (payload, run) => {
+    started.push(run.id);
+    await gate;
+  }, { prefetch: 2 });
+  await until(() => started.length === 1);
+  const leased = ids.map((id) => q.get(id).lease_until);
+  await sleep(1200); // past the end of the first leases
+  const states = ids.map((id) => q.get(id).state);
+  const renewed = ids.slice(1, 3).map((id, i) => q.get(id).lease_until > leased[i + 1]);
+  const stopped = q.stop();
+  release();
+  assert.equal(await stopped, 1); // one handler ran
+  assert.deepEqual(states, ['running', 'running', 'running', 'waiting', 'waiting']);
+  assert.deepEqual(renewed, [true, true]);
+  assert.deepEqual(started, ['j00']);
+  assert.deepEqual(ids.map((id) => q.get(id).state), ['done', 'waiting', 'waiting', 'waiting', 'waiting']);
+  assert.deepEqual(ids.map((id) => [q.get(id).attempt, q.get(id).tries]), [[1, 1], [1, 0], [1, 0], [0, 0], [0, 0]]);
+});
+
+test('prefetch auto: jobs done before a slow one are settled meanwhile, those behind it go back on stop', async () => {
+  const q = newQueue();
+  const ids = addJobs(q, 30);
+  let release;
+  const gate = new Promise((resolve) => { release = resolve; });
+  let blocked = null;
+  const working = q.work(async ({ i }) => {
+    // tiny jobs first, then one that blocks: the first after ten with a job claimed behind it
+    if (blocked === null && i >= 10 && q.get(ids[i + 1]).state === 'running') {
+      blocked = i;
+      await gate;
+    }
+  });
+  await until(() => blocked !== null);
+  const ahead = ids.slice(blocked + 1).filter((id) => q.get(id).state === 'running');
+  await until(() => ids.slice(0, blocked).every((id) => q.get(id).state === 'done'), 3000);
+  const stopped = q.stop();
+  release();
+  await stopped;
+  await working;
+  assert.ok(ahead.length >= 1 && ahead.length <= 7, `claimed ahead: ${ahead}`);
+  assert.ok(ids.slice(0, blocked + 1).every((id) => q.get(id).state === 'done'));
+  assert.ok(ids.slice(blocked + 1).every((id) => q.get(id).state === 'waiting' && q.get(id).tries === 0));
+});
+
+test('a bad prefetch or concurrency is an error naming it and its value', async () => {
+  const q = newQueue();
+  q.add({}, { id: 'a' });
+  for (const [value, shown] of [[-1, '-1'], [1.5, '1.5'], ['7', "'7'"], ['AUTO', "'AUTO'"], [NaN, 'NaN'],
+    [Infinity, 'Infinity'], [true, 'true'], [{}, '{}']]) {
+    await assert.rejects(q.work(async () => {}, { prefetch: value }),
+      { message: `prefetch must be 'auto' or a whole number >= 0, not ${shown}` });
+  }
+  for (const [value, shown] of [[0, '0'], [2.5, '2.5'], ['4', "'4'"], [Infinity, 'Infinity']]) {
+    await assert.rejects(q.work(async () => {}, { concurrency: value }),
+      { message: `concurrency must be a whole number >= 1, not ${shown}` });
+  }
+  assert.equal(q.get('a').state, 'waiting'); // nothing claimed
+  await workUntilSettled(q, ['a'], async () => {}, { prefetch: 5 }); // work() is usable again
+  assert.equal(q.get('a').state, 'done');
+});

@@ -18,7 +18,7 @@ const handled: Promise<number> = replies.work(async (payload, run: Run) => {
   run.progress({ stage: 'sending', correlation });
   if (run.cancelled) run.snooze('30s');
   return { sent: text.length > 0 };
-}, { concurrency: 4, handleSignals: true, errors: 'class' });
+}, { concurrency: 4, handleSignals: true, errors: 'class', prefetch: 'auto' });
 void handled;
 const db = open('app.db');
 new Queue(db, 'other').watch(0).forEach((e) => e.state === 'progress');
@@ -37,6 +37,9 @@ replies.add({ messageId: 'forty-one' });
 replies.add({ messageId: 1 }, { retries: 3 });
 // @ts-expect-error: errors is 'message' or 'class'
 replies.work(async () => {}, { errors: 'stack' });
+replies.work(async () => {}, { prefetch: 0 });
+// @ts-expect-error: prefetch is 'auto' or a number
+replies.work(async () => {}, { prefetch: '7' });
 // @ts-expect-error: step's answer keeps its type
 const wrong: number = await new Queue<Reply>('app.db', 'q').get('x')!.payload.messageId.toFixed();
 void wrong;
