@@ -345,8 +345,9 @@ function claimStatement(db, claimOpts) {
 /** The waiter thread, and `arm()`: wake me (the promise resolves) when a job may be claimable. */
 function startWaiter(file, queueName) {
   const { Worker } = require('worker_threads');
+  const stop = new Int32Array(new SharedArrayBuffer(4)); // 1: the worker stopped (waiter.js)
   const worker = new Worker(path.join(__dirname, 'waiter.js'), {
-    workerData: { file, queue: queueName, extension: extensionPath() },
+    workerData: { file, queue: queueName, extension: extensionPath(), stop },
   });
   worker.unref(); // never what keeps a process alive
   let waiting = false; // a tq_wait is under way
@@ -356,8 +357,11 @@ function startWaiter(file, queueName) {
     for (const resolve of resolvers.splice(0)) resolve();
   });
   let dead = false; // the thread failed or exited: wake-ups fall back to timers
+  let exited;
+  const exit = new Promise((resolve) => { exited = resolve; });
   const died = () => {
     dead = true;
+    exited();
     for (const resolve of resolvers.splice(0)) resolve();
   };
   worker.on('error', (err) => {
@@ -375,12 +379,19 @@ function startWaiter(file, queueName) {
       }
       return new Promise((resolve) => resolvers.push(resolve));
     },
-    close() {
+    /** Stops the thread; resolves once it has closed its connection (CLOSE_MS at most), so
+     * nothing of the worker touches the database after work() returns. */
+    async close() {
+      Atomics.store(stop, 0, 1);
       worker.postMessage({ close: true });
+      let timer;
+      await Promise.race([exit, new Promise((resolve) => { timer = setTimeout(resolve, CLOSE_MS); })]);
+      clearTimeout(timer);
     },
   };
 }
 
+const CLOSE_MS = 2000; // the longest work() waits for its wake-up thread to end
 const AUTO_AHEAD = 7; // what prefetch 'auto' claims ahead, while handlers are fast
 const FAST_MS = 1; // ... that is, while they took under 1 ms (a moving average)
 const FLUSH_MS = 20; // a settle waits at most this long for the next claim
@@ -493,8 +504,8 @@ async function workLoop(queue, handler, opts) {
       settleAndClaim(db, finished.splice(0).concat(back), null, []);
     } finally { // a last settle that fails still stops the heartbeat and the waiter
       heartbeat.close();
-      waiter.close();
       db.close();
+      await waiter.close();
     }
   }
   return handled;

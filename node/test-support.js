@@ -7,9 +7,7 @@ const os = require('os');
 const path = require('path');
 
 const dirs = [];
-// Retried: a worker's wake-up thread that starts late may still open (and create files in) a
-// folder its work() has stopped using.
-after(() => dirs.forEach((d) => fs.rmSync(d, { recursive: true, force: true, maxRetries: 5 })));
+after(() => dirs.forEach((d) => fs.rmSync(d, { recursive: true, force: true })));
 
 /** A path for a new database file in a fresh temporary folder. */
 function tempDb() {

@@ -8,14 +8,23 @@ const Database = require('better-sqlite3');
 // tq_wait polls every 1 ms for its first 100 ms, every 3 ms after: slices keep it at 1 ms.
 const SLICE = 90;
 
-const db = new Database(workerData.file);
-db.loadExtension(workerData.extension);
-db.pragma('busy_timeout = 5000');
-const wait = db.prepare('SELECT tq_wait(?, ?)').pluck();
+// Set by the worker when it stops: checked between slices, so stop() need not wait out a
+// poll, and before the connection opens, so a worker that stopped at once opens nothing.
+const stopped = () => Atomics.load(workerData.stop, 0) === 1;
+
+let db = null;
+let wait = null;
+if (!stopped()) {
+  db = new Database(workerData.file);
+  db.loadExtension(workerData.extension);
+  db.pragma('busy_timeout = 5000');
+  wait = db.prepare('SELECT tq_wait(?, ?)').pluck();
+}
 
 function waitUpTo(ms) {
   const end = Date.now() + ms;
   for (;;) {
+    if (stopped()) return;
     const left = end - Date.now();
     try {
       if (wait.get(workerData.queue, BigInt(Math.ceil(Math.max(1, Math.min(left, SLICE))))) === 1) return;
@@ -28,10 +37,10 @@ function waitUpTo(ms) {
 
 parentPort.on('message', (message) => {
   if (message.close) {
-    db.close();
+    if (db) db.close();
     parentPort.close();
     return;
   }
-  waitUpTo(message.poll);
+  if (db) waitUpTo(message.poll);
   parentPort.postMessage('woke');
 });

@@ -396,3 +396,30 @@ test('a bad prefetch or concurrency is an error naming it and its value', async 
   await workUntilSettled(q, ['a'], async () => {}, { prefetch: 5 }); // work() is usable again
   assert.equal(q.get('a').state, 'done');
 });
+
+/** The open file descriptors of this process that point at `file` (or its -wal / -shm). */
+function openHandles(file) {
+  const fs = require('fs');
+  return fs.readdirSync('/proc/self/fd').filter((fd) => {
+    try {
+      return fs.readlinkSync(`/proc/self/fd/${fd}`).startsWith(file);
+    } catch {
+      return false; // closed meanwhile
+    }
+  });
+}
+
+test('once work() has returned, nothing of the worker holds the database open', async () => {
+  for (const stopAt of [0, 50]) { // at once (the wake-up thread may not have started) and later
+    const q = newQueue();
+    q.add({ n: 1 });
+    const working = q.work(() => {}, { poll: 5000 }); // idle in a long tq_wait
+    await sleep(stopAt);
+    const asked = Date.now();
+    await q.stop();
+    await working;
+    assert.ok(Date.now() - asked < 1000, 'stop() does not wait out the idle poll');
+    q.close();
+    assert.deepEqual(openHandles(q.path), [], `stopped after ${stopAt} ms`);
+  }
+});
