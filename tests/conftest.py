@@ -148,3 +148,16 @@ def db(db_path):
 def _built():
     assert os.path.exists(SO), f"{SO} is missing: run `make` first"
     assert sys.version_info >= (3, 9)
+
+
+def open_handles(path):
+    """This process's open file descriptors on the database at `path` (or its -wal / -shm):
+    what a test checks to see that a worker let go of the file."""
+    found = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            if os.readlink("/proc/self/fd/" + fd).startswith(path):
+                found.append(fd)
+        except OSError:
+            pass  # closed meanwhile
+    return found

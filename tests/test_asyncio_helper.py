@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from conftest import EXT, ROOT
+from conftest import EXT, ROOT, open_handles
 
 sys.path.insert(0, os.path.join(ROOT, "python"))
 import tinyq  # noqa: E402
@@ -50,6 +50,24 @@ def test_methods_are_coroutines_over_the_queue(db_path):
             assert [e["state"] for e in await q.watch()] == ["waiting", "cancelled"]
             assert await q.retry("nope") is False
     run(main())
+
+
+@pytest.mark.parametrize("stop_after", [0.0, 0.05])
+def test_once_work_returned_nothing_of_the_worker_holds_the_file(db_path, stop_after):
+    async def main():
+        async with tinyq.AsyncQueue(db_path, "q") as q:
+            await q.add({})
+
+            async def handler(payload, run):
+                pass
+            working = asyncio.ensure_future(q.work(handler, poll=5.0))
+            await asyncio.sleep(stop_after)
+            asked = time.monotonic()
+            q.stop()
+            await working
+            assert time.monotonic() - asked < 1.0  # stop() does not wait out the idle poll
+    run(main())
+    assert open_handles(db_path) == []
 
 
 def test_work_settles_every_outcome_and_keeps_steps(db_path):

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from conftest import EXT, ROOT, claim, connect, get, one
+from conftest import EXT, ROOT, claim, connect, get, one, open_handles
 
 sys.path.insert(0, os.path.join(ROOT, "python"))
 import tinyq  # noqa: E402
@@ -259,6 +259,20 @@ def test_stop_waits_for_work_in_flight(queue):
     assert queue.get("first")["state"] == "done"              # settled before work() returned
     assert queue.get("second")["state"] == "waiting"          # nothing more was claimed
     assert queue.get("second")["attempt"] == 0
+
+
+@pytest.mark.parametrize("stop_after", [0.0, 0.05])
+def test_once_work_returned_nothing_of_the_worker_holds_the_file(db_path, stop_after):
+    # stop() at once (the tq_wait thread may not have started) and once it sleeps in tq_wait
+    q = tinyq.Queue(db_path, "q")
+    q.add({})
+    thread, _box = start_work(q, lambda payload, run: None, poll=5.0)
+    time.sleep(stop_after)
+    asked = time.monotonic()
+    stop(q, thread)
+    assert time.monotonic() - asked < 1.0      # stop() does not wait out the idle poll
+    q.close()
+    assert open_handles(db_path) == []
 
 
 def test_handlers_run_in_parallel_threads_with_their_own_connections(queue):

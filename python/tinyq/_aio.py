@@ -30,7 +30,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Awaitable, Callable, Dict, List, Optional, Set, Tuple
 
 from ._context import RunBase, current_run, is_busy
-from ._sql import _decode, _encode, _ms, _one, _wait
+from ._sql import WAITER_JOIN_S, _decode, _encode, _ms, _one, _wait
 from ._worker import (claim_sql, outcome_of_exception, renew_all, renew_soon, renewed,
                       settle_and_claim)
 
@@ -98,8 +98,8 @@ class AsyncRun(RunBase):
 
 class _Waiter(threading.Thread):
     """Sleeps in tq_wait (its own connection) each time it is armed, then calls `woke`
-    on the loop. Never joined: it may sleep up to `poll` after close(); it then closes
-    its connection and ends."""
+    on the loop. After close() it ends within a tq_wait slice, closing its connection;
+    work() waits for that (`ended`)."""
 
     def __init__(self, connect: Callable[[], Any], queue: str, poll: float,
                  loop: asyncio.AbstractEventLoop, woke: Callable[[], None]):
@@ -116,7 +116,13 @@ class _Waiter(threading.Thread):
         self._closed = True
         self._armed.set()
 
+    async def ended(self) -> None:
+        """Resolves once the thread has ended (WAITER_JOIN_S at most)."""
+        await asyncio.get_running_loop().run_in_executor(None, self.join, WAITER_JOIN_S)
+
     def run(self) -> None:
+        if self._closed:
+            return  # closed before this thread ran: open nothing
         conn = self._connect()
         try:
             while True:
@@ -125,7 +131,7 @@ class _Waiter(threading.Thread):
                     return
                 self._armed.clear()
                 try:
-                    _wait(conn, self._queue, self._poll)
+                    _wait(conn, self._queue, self._poll, lambda: self._closed)
                 except Exception as exc:
                     if not is_busy(exc):
                         log.error("tinyq: tq_wait on %r failed: %s", self._queue, exc)
@@ -207,6 +213,7 @@ class _AsyncWork:
                 heartbeat.cancel()
                 await asyncio.gather(heartbeat, return_exceptions=True)
                 await self.db.close()
+                await waiter.ended()
                 self.queue._work = None
                 self.queue._stopping = False
         return self.handled

@@ -15,7 +15,7 @@ import time
 from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
 
 from ._context import Outcome, Cancelled, RunBase, current_run, error_text, is_busy
-from ._sql import _decode, _encode, _one, _rows, _wait
+from ._sql import WAITER_JOIN_S, _decode, _encode, _one, _rows, _wait
 
 log = logging.getLogger("tinyq")
 
@@ -493,6 +493,8 @@ class _Pool:
     # -- the waiter: one tq_wait for every idle thread --------------------------------------
 
     def waiter_main(self) -> None:
+        if self.stopping.is_set():
+            return  # stopped before this thread ran: open nothing
         conn = self.connect()
         try:
             while not self.stopping.is_set():
@@ -502,7 +504,7 @@ class _Pool:
                 if self.stopping.is_set():
                     return
                 try:   # sleep without a lock until a job may be claimable, at most `poll`
-                    _wait(conn, self.queue.name, self.poll)
+                    _wait(conn, self.queue.name, self.poll, self.stopping.is_set)
                 except Exception as exc:
                     if not is_busy(exc):
                         raise
@@ -539,8 +541,11 @@ class _Pool:
                 while thread.is_alive():
                     thread.join(1.0)
             self.heartbeat.close()
-            # The waiter may sleep in tq_wait for up to `poll`; it closes its own connection,
-            # and keeps this call's (set) stop event, while the next work() gets a fresh one.
+            # The waiter ends within a tq_wait slice and closes its connection: once work()
+            # returns, nothing of it holds the file. It keeps this call's (set) stop event,
+            # while the next work() gets a fresh one.
+            if waiter.is_alive():
+                waiter.join(WAITER_JOIN_S)
             self.queue._stopping = threading.Event()
         if self.failure is not None:
             raise self.failure
