@@ -2,8 +2,8 @@
 -- tq_get's `ahead` counts rather than walks (COST-01; docs/design.md, "tq_get's `ahead`").
 -- The result is what sql/store.sql creates (tests/test_migrations.py compares the two).
 --
--- tinyq_counts gets `spill` (ADD COLUMN rewrites no row) and tinyq_buckets is new; the
--- triggers that write them are created again with their new bodies. The lines of over
+-- tinyq_counts gets `spill` (ADD COLUMN rewrites no row); tinyq_buckets and tinyq_spans are
+-- new; the triggers that write them are created again with their new bodies. The lines of over
 -- 1024 queued jobs are cut here, 512 jobs to a bucket, from the queued jobs in claim order
 -- (one sort of the queued jobs, once).
 
@@ -28,6 +28,20 @@ FROM (SELECT queue, priority, run_at, seq, count(*) OVER (PARTITION BY queue) AS
       FROM tinyq_jobs WHERE status = 'queued')
 WHERE i % 512 = 1 AND total > 1024;
 UPDATE tinyq_counts SET spill = '' WHERE queue IN (SELECT queue FROM tinyq_buckets);
+
+CREATE TABLE tinyq_spans (
+  queue   TEXT NOT NULL,
+  key     TEXT NOT NULL,
+  n       INTEGER,
+  buckets INTEGER,
+  PRIMARY KEY (queue, key)
+) WITHOUT ROWID;
+
+-- Bucket i (from 1, in key order) of a line starts a span when i = 1, 33, 65, ...
+INSERT INTO tinyq_spans (queue, key, n, buckets)
+SELECT queue, min(key), sum(n), count(*)
+FROM (SELECT queue, key, n, row_number() OVER (PARTITION BY queue ORDER BY key) AS i FROM tinyq_buckets)
+GROUP BY queue, (i - 1) / 32;
 
 DROP TRIGGER tinyq_jobs_added;
 DROP TRIGGER tinyq_jobs_changed;
@@ -93,6 +107,32 @@ CREATE TRIGGER tinyq_buckets_split AFTER UPDATE OF n ON tinyq_buckets WHEN NEW.n
           AND parked = 1 AND priority < ifnull(NEW.priority, 9223372036854775807)
         ORDER BY 1 DESC, 2, 3 LIMIT 1 OFFSET 512);
   UPDATE tinyq_buckets SET n = 512 WHERE queue = NEW.queue AND key = NEW.key;
+END;
+
+CREATE TRIGGER tinyq_buckets_added AFTER INSERT ON tinyq_buckets BEGIN
+  INSERT OR IGNORE INTO tinyq_spans (queue, key, n, buckets) SELECT NEW.queue, '', 0, 0 WHERE NEW.key = '';
+  UPDATE tinyq_spans SET n = n + NEW.n, buckets = buckets + 1 WHERE queue = NEW.queue AND key = (SELECT key FROM tinyq_spans WHERE queue = NEW.queue AND key <= NEW.key ORDER BY key DESC LIMIT 1);
+END;
+
+CREATE TRIGGER tinyq_buckets_counted AFTER UPDATE OF n ON tinyq_buckets WHEN NEW.n IS NOT OLD.n BEGIN
+  UPDATE tinyq_spans SET n = n + NEW.n - OLD.n WHERE queue = NEW.queue AND key = (SELECT key FROM tinyq_spans WHERE queue = NEW.queue AND key <= NEW.key ORDER BY key DESC LIMIT 1);
+END;
+
+CREATE TRIGGER tinyq_buckets_removed AFTER DELETE ON tinyq_buckets BEGIN
+  UPDATE tinyq_spans SET n = n - OLD.n, buckets = buckets - 1 WHERE queue = OLD.queue AND key = (SELECT key FROM tinyq_spans WHERE queue = OLD.queue AND key <= OLD.key ORDER BY key DESC LIMIT 1);
+END;
+
+CREATE TRIGGER tinyq_spans_split AFTER UPDATE OF buckets ON tinyq_spans WHEN NEW.buckets > 64 BEGIN
+  INSERT OR IGNORE INTO tinyq_spans (queue, key, n, buckets)
+  SELECT NEW.queue, min(key), sum(n), count(*) FROM (SELECT key, n FROM tinyq_buckets
+    WHERE queue = NEW.queue AND key >= NEW.key ORDER BY key LIMIT NEW.buckets - 32 OFFSET 32);
+  UPDATE tinyq_spans SET buckets = 32, n = NEW.n - (SELECT s.n FROM tinyq_spans s WHERE s.queue = NEW.queue
+    AND s.key = (SELECT key FROM tinyq_buckets WHERE queue = NEW.queue AND key >= NEW.key ORDER BY key LIMIT 1 OFFSET 32))
+  WHERE queue = NEW.queue AND key = NEW.key;
+END;
+
+CREATE TRIGGER tinyq_spans_emptied AFTER UPDATE OF buckets ON tinyq_spans WHEN NEW.buckets = 0 BEGIN
+  DELETE FROM tinyq_spans WHERE queue = NEW.queue AND key = NEW.key;
 END;
 
 CREATE TRIGGER tinyq_buckets_emptied AFTER UPDATE OF n ON tinyq_buckets WHEN NEW.n = 0 BEGIN

@@ -132,6 +132,19 @@ CREATE TABLE tinyq_buckets (
   PRIMARY KEY (queue, key)
 ) WITHOUT ROWID;
 
+-- The buckets of a line, in spans of 1 to 64 buckets (a second level, so that summing the
+-- buckets before a job stays flat with the line): a span starts at `key` ('' the first)
+-- and holds the buckets from there to the next span, `buckets` of them with `n` jobs in all.
+-- Kept by the triggers on tinyq_buckets, from each row's change; a span over 64 buckets is
+-- cut at its 33rd, an empty one goes.
+CREATE TABLE tinyq_spans (
+  queue   TEXT NOT NULL,
+  key     TEXT NOT NULL,
+  n       INTEGER,
+  buckets INTEGER,
+  PRIMARY KEY (queue, key)
+) WITHOUT ROWID;
+
 -- One row per group of a queue with group limits that has due or running jobs: its
 -- running leases, its starts with at > the queue's gedge, and its head (the one job of
 -- the group a claim may take: parked = 0), NULL when the group has no room or no due job.
@@ -228,6 +241,36 @@ CREATE TRIGGER tinyq_buckets_split AFTER UPDATE OF n ON tinyq_buckets WHEN NEW.n
           AND parked = 1 AND priority < ifnull(NEW.priority, 9223372036854775807)
         ORDER BY 1 DESC, 2, 3 LIMIT 1 OFFSET 512);
   UPDATE tinyq_buckets SET n = 512 WHERE queue = NEW.queue AND key = NEW.key;
+END;
+
+-- A bucket's jobs, and the bucket itself, count in its span: the last one whose key is not
+-- after its own (the first bucket makes the first span).
+CREATE TRIGGER tinyq_buckets_added AFTER INSERT ON tinyq_buckets BEGIN
+  INSERT OR IGNORE INTO tinyq_spans (queue, key, n, buckets) SELECT NEW.queue, '', 0, 0 WHERE NEW.key = '';
+  UPDATE tinyq_spans SET n = n + NEW.n, buckets = buckets + 1 WHERE queue = NEW.queue AND key = (SELECT key FROM tinyq_spans WHERE queue = NEW.queue AND key <= NEW.key ORDER BY key DESC LIMIT 1);
+END;
+
+CREATE TRIGGER tinyq_buckets_counted AFTER UPDATE OF n ON tinyq_buckets WHEN NEW.n IS NOT OLD.n BEGIN
+  UPDATE tinyq_spans SET n = n + NEW.n - OLD.n WHERE queue = NEW.queue AND key = (SELECT key FROM tinyq_spans WHERE queue = NEW.queue AND key <= NEW.key ORDER BY key DESC LIMIT 1);
+END;
+
+CREATE TRIGGER tinyq_buckets_removed AFTER DELETE ON tinyq_buckets BEGIN
+  UPDATE tinyq_spans SET n = n - OLD.n, buckets = buckets - 1 WHERE queue = OLD.queue AND key = (SELECT key FROM tinyq_spans WHERE queue = OLD.queue AND key <= OLD.key ORDER BY key DESC LIMIT 1);
+END;
+
+-- A span over 64 buckets is cut at its 33rd (a walk of 32 rows, once per 32 buckets made);
+-- an empty one goes (the first only when the line has no buckets left).
+CREATE TRIGGER tinyq_spans_split AFTER UPDATE OF buckets ON tinyq_spans WHEN NEW.buckets > 64 BEGIN
+  INSERT OR IGNORE INTO tinyq_spans (queue, key, n, buckets)
+  SELECT NEW.queue, min(key), sum(n), count(*) FROM (SELECT key, n FROM tinyq_buckets
+    WHERE queue = NEW.queue AND key >= NEW.key ORDER BY key LIMIT NEW.buckets - 32 OFFSET 32);
+  UPDATE tinyq_spans SET buckets = 32, n = NEW.n - (SELECT s.n FROM tinyq_spans s WHERE s.queue = NEW.queue
+    AND s.key = (SELECT key FROM tinyq_buckets WHERE queue = NEW.queue AND key >= NEW.key ORDER BY key LIMIT 1 OFFSET 32))
+  WHERE queue = NEW.queue AND key = NEW.key;
+END;
+
+CREATE TRIGGER tinyq_spans_emptied AFTER UPDATE OF buckets ON tinyq_spans WHEN NEW.buckets = 0 BEGIN
+  DELETE FROM tinyq_spans WHERE queue = NEW.queue AND key = NEW.key;
 END;
 
 -- An empty bucket goes; when the first empties, the next one's jobs become the first's. A

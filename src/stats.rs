@@ -165,14 +165,46 @@ fn bucket_of(conn: &Conn, queue: &str, place: Place, total: i64) -> Result<Bucke
     Ok(b)
 }
 
+/// The jobs of the buckets before the bucket at `key` (`n` jobs; `total` in the line): those
+/// of the spans before its span, then those of its span's buckets before it, each summed
+/// from whichever side has fewer rows (at most 32 buckets; spans: one per 16k jobs or more).
+fn jobs_before(conn: &Conn, queue: &str, key: &str, n: i64, total: i64) -> Result<i64> {
+    let mut st = conn.query(
+        "SELECT key, n, ifnull((SELECT min(key) FROM tinyq_spans WHERE queue = ?1 AND key > ?2), '~')
+         FROM tinyq_spans WHERE queue = ?1 AND key <= ?2 ORDER BY key DESC LIMIT 1",
+        &[&queue, &key],
+    )?;
+    if !st.step()? {
+        return Ok(0); // no buckets: the line is one
+    }
+    let (span, span_n, next) = (st.text(0).unwrap_or_default(), st.int(1), st.text(2).unwrap_or_default());
+    drop(st);
+    let mut before = conn.query("SELECT n FROM tinyq_spans WHERE queue = ?1 AND key < ?2", &[&queue, &span])?;
+    let mut after = conn.query("SELECT n FROM tinyq_spans WHERE queue = ?1 AND key > ?2", &[&queue, &span])?;
+    let spans_before = match shorter(&mut before, &mut after)? {
+        (true, sum) => sum,
+        (false, sum) => total - span_n - sum,
+    };
+    drop((before, after));
+    let mut before =
+        conn.query("SELECT n FROM tinyq_buckets WHERE queue = ?1 AND key >= ?2 AND key < ?3", &[&queue, &span, &key])?;
+    let mut after =
+        conn.query("SELECT n FROM tinyq_buckets WHERE queue = ?1 AND key > ?2 AND key < ?3", &[&queue, &key, &next])?;
+    Ok(spans_before
+        + match shorter(&mut before, &mut after)? {
+            (true, sum) => sum,
+            (false, sum) => span_n - n - sum,
+        })
+}
+
 /// How many waiting jobs of the queue start before the job at `place`, per JOB-01 (`queued`:
 /// the job is in line; otherwise it is scheduled and due, not yet moved in line).
 ///
 /// The line is cut into buckets of 1 to 1024 jobs, counted (tinyq_buckets, kept by the
 /// triggers in sql/store.sql; a line of at most 1024 jobs is one bucket and has no rows).
-/// The jobs ahead are those of the buckets before the job's, summed from whichever side has
-/// fewer buckets, and those of its own bucket before it, counted from whichever end of the
-/// bucket is nearer: at most 512 jobs. Due scheduled jobs ahead are counted over their own
+/// The jobs ahead are those of the buckets before the job's (counted by spans of buckets,
+/// tinyq_spans: jobs_before), and those of its own bucket before it, counted from whichever
+/// end of the bucket is nearer: at most 512 jobs. Due scheduled jobs ahead are counted over their own
 /// index range (only those since the queue's last claim).
 pub fn ahead(conn: &Conn, queue: &str, place: Place, queued: bool, now: i64) -> Result<i64> {
     let (priority, run_at, seq) = place;
@@ -185,12 +217,7 @@ pub fn ahead(conn: &Conn, queue: &str, place: Place, queued: bool, now: i64) -> 
         (false, behind) => n - behind - i64::from(queued),
     };
     drop((front, back));
-    let mut before = conn.query("SELECT n FROM tinyq_buckets WHERE queue = ?1 AND key < ?2", &[&queue, &key])?;
-    let mut after = conn.query("SELECT n FROM tinyq_buckets WHERE queue = ?1 AND key > ?2", &[&queue, &key])?;
-    let buckets_before = match shorter(&mut before, &mut after)? {
-        (true, sum) => sum,
-        (false, sum) => total - n - sum,
-    };
+    let buckets_before = jobs_before(conn, queue, &key, n, total)?;
     let due = conn
         .one_int(
             "SELECT count(*) FROM tinyq_jobs WHERE status = 'scheduled' AND queue = ?1 AND run_at <= ?5

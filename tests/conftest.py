@@ -62,7 +62,8 @@ def line_key(priority, run_at, seq):
 def check_buckets(conn):
     """Each queue's line is counted as sql/store.sql says (tinyq_buckets): one bucket of at
     most 1024 jobs and no rows (`spill` NULL), or rows from key '', each starting at its own
-    key, holding 1 to 1024 queued jobs (parked or not), together all of them."""
+    key, holding 1 to 1024 queued jobs (parked or not), together all of them; and the spans
+    of those rows (tinyq_spans), from key '', each 1 to 64 of them and their jobs."""
     import bisect
     lines = {}
     for queue, p, r, s in conn.execute("SELECT queue, priority, run_at, seq FROM tinyq_jobs WHERE status = 'queued'"):
@@ -82,6 +83,14 @@ def check_buckets(conn):
             end = starts[i + 1] if i + 1 < len(rows) else None
             real = (bisect.bisect_left(keys, end) if end else len(keys)) - bisect.bisect_left(keys, key)
             assert n == real and 1 <= n <= 1024, (queue, key, n, real)
+        spans = conn.execute("SELECT key, n, buckets FROM tinyq_spans WHERE queue = ? ORDER BY key", (queue,)).fetchall()
+        assert spans and spans[0][0] == "", (queue, spans[:1])
+        for i, (key, n, buckets) in enumerate(spans):
+            end = spans[i + 1][0] if i + 1 < len(spans) else None
+            inside = [r for r in rows if r[0] >= key and (end is None or r[0] < end)]
+            assert (n, buckets) == (sum(r[1] for r in inside), len(inside)) and 1 <= buckets <= 64, (queue, key, n, buckets)
+    alone = conn.execute("SELECT DISTINCT queue FROM tinyq_spans WHERE queue NOT IN (SELECT queue FROM tinyq_buckets)")
+    assert not alone.fetchall(), "spans of a line without buckets"
 
 
 def plain_ahead(conn, job_id):

@@ -323,3 +323,24 @@ def test_COST_01_ahead_stays_exact_as_long_lines_are_cut_and_drained(tmp_path, s
             assert get(db, jid)["ahead"] == plain_ahead(db, jid), (seed, step, jid)
     assert cut and drained
     db.close()
+
+
+def test_COST_01_spans_of_buckets_are_kept_as_a_long_line_fills_and_drains(tmp_path):
+    """Over 64 buckets (32k jobs or so) the buckets are counted in spans too: spans are cut
+    as the line fills, at every priority, and go as claims and cancels drain it."""
+    db = store(tmp_path, "spans")
+    fill(db, 40_000, "s", "json_object('priority', i % 5 - 2)")
+    assert one(db, "SELECT count(*) FROM tinyq_spans") > 1
+    while one(db, "SELECT queued FROM tinyq_counts WHERE queue = 's'"):
+        check_buckets(db)
+        for (jid,) in db.execute("SELECT id FROM tinyq_jobs WHERE queue = 's' AND status = 'queued'"
+                                 " ORDER BY seq % 7, seq LIMIT 3").fetchall():
+            assert get(db, jid)["ahead"] == plain_ahead(db, jid), jid
+        db.execute("BEGIN IMMEDIATE")
+        one(db, "SELECT count(tq_cancel(id)) FROM (SELECT id FROM tinyq_jobs WHERE queue = 's' AND status = 'queued'"
+                " AND seq % 3 = 0 LIMIT 2000)")
+        one(db, "SELECT count(*) FROM tq_claim('s', 'w', 1000)")
+        db.execute("COMMIT")
+    check_buckets(db)
+    assert one(db, "SELECT count(*) FROM tinyq_spans") == 0
+    db.close()

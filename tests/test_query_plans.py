@@ -138,6 +138,10 @@ def workload(conn, path):
     for i in ids[:2]:
         one(conn, "SELECT tq_get(?)", i)
     one(conn, "SELECT tq_get('no-such')")
+    # A line of over 1024 jobs is counted in buckets: tq_get reads them.
+    one(conn, "WITH RECURSIVE c(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM c WHERE i < 1100)"
+             " SELECT count(tq_add('long', '{}', json_object('id', 'long-' || i))) FROM c")
+    one(conn, "SELECT tq_get('long-600')")
     one(conn, "SELECT tq_wait('q', 0)")
     one(conn, "SELECT tq_wait('empty', 0)")
 
