@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """tinyq scale benchmark (COST-01): the cost of one call as the store grows.
 
-Six cases, each at 1,000 / 100,000 jobs (and 1,000,000 in the full run), each on a fresh
+Seven cases, each at 1,000 / 100,000 jobs (and 1,000,000 in the full run), each on a fresh
 file under bench/work/ (WAL, synchronous=NORMAL, Python's sqlite3):
 
   full_group   claim(1)+settle of a free tenant while one tenant's N jobs sit in a full
@@ -9,6 +9,7 @@ file under bench/work/ (WAL, synchronous=NORMAL, Python's sqlite3):
   many_groups  the same, with N/100 full groups of 100 jobs each
   rate_window  add+claim(1)+settle on a queue whose rate window ('N00/1d') holds N starts
   get_last     tq_get (its `ahead`) of the last of N waiting jobs
+  get_middle   tq_get of the job in the middle of N waiting jobs (the most work `ahead` does)
   stats        tq_stats('q') over N waiting jobs
   plain        claim(1)+settle with N waiting (one job added, untimed, before each)
 
@@ -100,10 +101,15 @@ def rate_window(db, n):
     return claim_settle(db, "r", "{}"), None
 
 
-def get_last(db, n):
-    fill(db, n, "g")
-    db.execute("SELECT tq_add('g', '{}', '{\"id\": \"last\"}')").fetchone()
-    return (lambda: db.execute("SELECT tq_get('last')").fetchone()), None
+def get_at(before, after, job_id):
+    """tq_get of a job with before(n) waiting jobs ahead of it and after(n) behind it."""
+    def case(db, n):
+        fill(db, before(n), "g")
+        db.execute("SELECT tq_add('g', '{}', json_object('id', ?))", (job_id,)).fetchone()
+        if after(n):
+            fill(db, after(n), "g")
+        return (lambda: db.execute("SELECT tq_get(?)", (job_id,)).fetchone()), None
+    return case
 
 
 def stats(db, n):
@@ -118,7 +124,8 @@ def plain(db, n):
 
 
 CASES = {"full_group": full_group, "many_groups": many_groups, "rate_window": rate_window,
-         "get_last": get_last, "stats": stats, "plain": plain}
+         "get_last": get_at(lambda n: n, lambda n: 0, "last"),
+         "get_middle": get_at(lambda n: n // 2, lambda n: n - n // 2, "middle"), "stats": stats, "plain": plain}
 
 
 def measure(ext, case, n):
@@ -152,7 +159,7 @@ def main():
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--ext", action="append", help="name=path of a tinyq build (default: this one)")
     ap.add_argument("--sizes", help="comma-separated job counts (default 1000,100000[,1000000])")
-    ap.add_argument("--cases", help="comma-separated cases (default: all six)")
+    ap.add_argument("--cases", help="comma-separated cases (default: all seven)")
     ap.add_argument("--out", default=os.path.join(RESULTS, "scale.md"))
     args = ap.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")] if args.sizes else \

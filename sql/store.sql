@@ -1,6 +1,6 @@
--- tinyq store, version 4: what a new store is created with. A store made by an older
--- tinyq is brought here by sql/migrate_N_to_M.sql instead (sql/v1_store.sql and
--- sql/v2_store.sql are versions 1 and 2 as they shipped).
+-- tinyq store, version 5: what a new store is created with. A store made by an older
+-- tinyq is brought here by sql/migrate_N_to_M.sql instead (sql/v1_store.sql to
+-- sql/v4_store.sql are versions 1 to 4 as they shipped).
 -- Every object is named tinyq_*; nothing else is touched.
 -- Value columns are declared BLOB: no affinity, so text such as '0012' is kept as given.
 
@@ -100,6 +100,9 @@ CREATE INDEX tinyq_starts_queue ON tinyq_starts (queue, at, grp);
 -- (starts in the rate window). `started` counts the queue's starts with at > `edge`: a
 -- claim moves `edge` to now - window and counts out, once each, the starts it passes.
 -- `gedge` is the same edge for the group rate window (the groups' own counts).
+-- `spill` (schema 5) says how the queue's line is counted for tq_get's `ahead`: NULL, one
+-- bucket of at most 1024 jobs, counted by `queued`; otherwise by tinyq_buckets, and it is
+-- what the latest change did there, for tinyq_counts_spilled to apply ('': nothing).
 CREATE TABLE tinyq_counts (
   queue     TEXT PRIMARY KEY,
   scheduled INTEGER NOT NULL DEFAULT 0,
@@ -110,6 +113,36 @@ CREATE TABLE tinyq_counts (
   started   INTEGER NOT NULL DEFAULT 0,
   edge      INTEGER,
   gedge     INTEGER
+, spill TEXT) WITHOUT ROWID; -- spill: version 5, written as ADD COLUMN writes it
+
+-- A line of over 1024 jobs, cut into buckets (schema 5), so that tq_get's `ahead` counts
+-- rather than walks (COST-01; docs/design.md). A bucket starts at the job (priority,
+-- run_at, seq) (NULL: the front of the line) whose claim-order key is `key` ('' for the
+-- first bucket; printf('%08x%d%016x%016x', 2147483647 - priority, run_at >= 0, run_at, seq)
+-- compares as (priority DESC, run_at, seq)); `n` counts the queued jobs, parked or not,
+-- from its key to the next bucket's. A bucket over 1024 jobs is cut at its 512th; an empty
+-- one goes (the first takes the next one's jobs); a line left with one bucket has no rows.
+CREATE TABLE tinyq_buckets (
+  queue    TEXT NOT NULL,
+  key      TEXT NOT NULL,
+  n        INTEGER,
+  priority INTEGER,
+  run_at   INTEGER,
+  seq      INTEGER,
+  PRIMARY KEY (queue, key)
+) WITHOUT ROWID;
+
+-- The buckets of a line, in spans of 1 to 64 buckets (a second level, so that summing the
+-- buckets before a job stays flat with the line): a span starts at `key` ('' the first)
+-- and holds the buckets from there to the next span, `buckets` of them with `n` jobs in all.
+-- Kept by the triggers on tinyq_buckets, from each row's change; a span over 64 buckets is
+-- cut at its 33rd, an empty one goes.
+CREATE TABLE tinyq_spans (
+  queue   TEXT NOT NULL,
+  key     TEXT NOT NULL,
+  n       INTEGER,
+  buckets INTEGER,
+  PRIMARY KEY (queue, key)
 ) WITHOUT ROWID;
 
 -- One row per group of a queue with group limits that has due or running jobs: its
@@ -145,7 +178,13 @@ CREATE TRIGGER tinyq_jobs_added AFTER INSERT ON tinyq_jobs BEGIN
           NEW.attempt, NEW.changed_at, NEW.note);
   INSERT OR IGNORE INTO tinyq_queues (name) VALUES (NEW.queue);
   -- A job is added scheduled or waiting; its queue's counters row exists (tinyq_queues_added).
-  UPDATE tinyq_counts SET scheduled = scheduled + (NEW.status = 'scheduled'), queued = queued + (NEW.status = 'queued')
+  -- spill: see tinyq_counts. The job's key is computed only for a line cut into buckets:
+  -- `+ (spill IS NULL)` (0 where it is computed) keeps SQLite from computing it once up front,
+  -- as it does for an expression of NEW alone.
+  UPDATE tinyq_counts SET scheduled = scheduled + (NEW.status = 'scheduled'), queued = queued + (NEW.status = 'queued'),
+    spill = CASE WHEN NEW.status IS NOT 'queued' THEN CASE WHEN spill IS NULL THEN NULL ELSE '' END
+                 WHEN spill IS NOT NULL THEN '+' || printf('%08x%d%016x%016x', 2147483647 - NEW.priority, NEW.run_at >= 0, NEW.run_at, NEW.seq + (spill IS NULL))
+                 WHEN queued >= 1024 THEN '*' END
   WHERE queue = NEW.queue;
 END;
 
@@ -164,8 +203,88 @@ WHEN OLD.status IS NOT NEW.status OR OLD.attempt IS NOT NEW.attempt BEGIN
     queued = queued + (NEW.status = 'queued') - (OLD.status = 'queued'),
     running = running + (NEW.status = 'running') - (OLD.status = 'running'),
     done = done + (NEW.status = 'done') - (OLD.status = 'done'),
-    failed = failed + (NEW.status = 'failed') - (OLD.status = 'failed')
+    failed = failed + (NEW.status = 'failed') - (OLD.status = 'failed'),
+    spill = CASE WHEN spill IS NULL THEN CASE WHEN NEW.status = 'queued' AND queued >= 1024 THEN '*' END
+                 WHEN NEW.status = 'queued' THEN '+' || printf('%08x%d%016x%016x', 2147483647 - NEW.priority, NEW.run_at >= 0, NEW.run_at, NEW.seq + (spill IS NULL))
+                 WHEN OLD.status = 'queued' THEN '-' || printf('%08x%d%016x%016x', 2147483647 - OLD.priority, OLD.run_at >= 0, OLD.run_at, OLD.seq + (spill IS NULL)) ELSE '' END
   WHERE queue = NEW.queue AND OLD.status IS NOT NEW.status;
+END;
+
+-- A change in a line cut into buckets: the job's bucket (the last one whose key is not
+-- after its own) gains or loses it; '*': the line grew past 1024 jobs and is cut (its one
+-- bucket gets a row, which tinyq_buckets_split then cuts; the '*' left in `spill` only says
+-- "cut"). A trigger of its own, with a WHEN: a line of one bucket pays one test per change.
+CREATE TRIGGER tinyq_counts_spilled AFTER UPDATE OF spill ON tinyq_counts WHEN NEW.spill <> '' BEGIN
+  INSERT OR IGNORE INTO tinyq_buckets (queue, key, n) SELECT NEW.queue, '', NEW.queued - 1 WHERE NEW.spill = '*';
+  UPDATE tinyq_buckets SET n = n + CASE WHEN NEW.spill LIKE '-%' THEN -1 ELSE 1 END
+  WHERE queue = NEW.queue AND key = CASE WHEN NEW.spill = '*' THEN '' ELSE (
+    SELECT key FROM tinyq_buckets WHERE queue = NEW.queue AND key <= substr(NEW.spill, 2) ORDER BY key DESC LIMIT 1) END;
+END;
+
+-- A bucket over 1024 jobs is cut at its 512th in line (the two ranges of the claim index,
+-- parked or not, merged in claim order): once per 512 jobs added to it.
+CREATE TRIGGER tinyq_buckets_split AFTER UPDATE OF n ON tinyq_buckets WHEN NEW.n > 1024 BEGIN
+  INSERT OR IGNORE INTO tinyq_buckets (queue, key, n, priority, run_at, seq)
+  SELECT NEW.queue, printf('%08x%d%016x%016x', 2147483647 - priority, run_at >= 0, run_at, seq), NEW.n - 512,
+         priority, run_at, seq
+  FROM (SELECT priority, run_at, seq FROM tinyq_jobs WHERE status = 'queued' AND queue = NEW.queue AND parked = 0
+          AND priority = NEW.priority AND run_at = NEW.run_at AND seq >= NEW.seq
+        UNION ALL SELECT priority, run_at, seq FROM tinyq_jobs WHERE status = 'queued' AND queue = NEW.queue
+          AND parked = 0 AND priority = NEW.priority AND run_at > NEW.run_at
+        UNION ALL SELECT priority, run_at, seq FROM tinyq_jobs WHERE status = 'queued' AND queue = NEW.queue
+          AND parked = 0 AND priority < ifnull(NEW.priority, 9223372036854775807)
+        UNION ALL SELECT priority, run_at, seq FROM tinyq_jobs WHERE status = 'queued' AND queue = NEW.queue AND parked = 1
+          AND priority = NEW.priority AND run_at = NEW.run_at AND seq >= NEW.seq
+        UNION ALL SELECT priority, run_at, seq FROM tinyq_jobs WHERE status = 'queued' AND queue = NEW.queue
+          AND parked = 1 AND priority = NEW.priority AND run_at > NEW.run_at
+        UNION ALL SELECT priority, run_at, seq FROM tinyq_jobs WHERE status = 'queued' AND queue = NEW.queue
+          AND parked = 1 AND priority < ifnull(NEW.priority, 9223372036854775807)
+        ORDER BY 1 DESC, 2, 3 LIMIT 1 OFFSET 512);
+  UPDATE tinyq_buckets SET n = 512 WHERE queue = NEW.queue AND key = NEW.key;
+END;
+
+-- A bucket's jobs, and the bucket itself, count in its span: the last one whose key is not
+-- after its own (the first bucket makes the first span).
+CREATE TRIGGER tinyq_buckets_added AFTER INSERT ON tinyq_buckets BEGIN
+  INSERT OR IGNORE INTO tinyq_spans (queue, key, n, buckets) SELECT NEW.queue, '', 0, 0 WHERE NEW.key = '';
+  UPDATE tinyq_spans SET n = n + NEW.n, buckets = buckets + 1 WHERE queue = NEW.queue AND key = (SELECT key FROM tinyq_spans WHERE queue = NEW.queue AND key <= NEW.key ORDER BY key DESC LIMIT 1);
+END;
+
+CREATE TRIGGER tinyq_buckets_counted AFTER UPDATE OF n ON tinyq_buckets WHEN NEW.n IS NOT OLD.n BEGIN
+  UPDATE tinyq_spans SET n = n + NEW.n - OLD.n WHERE queue = NEW.queue AND key = (SELECT key FROM tinyq_spans WHERE queue = NEW.queue AND key <= NEW.key ORDER BY key DESC LIMIT 1);
+END;
+
+CREATE TRIGGER tinyq_buckets_removed AFTER DELETE ON tinyq_buckets BEGIN
+  UPDATE tinyq_spans SET n = n - OLD.n, buckets = buckets - 1 WHERE queue = OLD.queue AND key = (SELECT key FROM tinyq_spans WHERE queue = OLD.queue AND key <= OLD.key ORDER BY key DESC LIMIT 1);
+END;
+
+-- A span over 64 buckets is cut at its 33rd (a walk of 32 rows, once per 32 buckets made);
+-- an empty one goes (the first only when the line has no buckets left).
+CREATE TRIGGER tinyq_spans_split AFTER UPDATE OF buckets ON tinyq_spans WHEN NEW.buckets > 64 BEGIN
+  INSERT OR IGNORE INTO tinyq_spans (queue, key, n, buckets)
+  SELECT NEW.queue, min(key), sum(n), count(*) FROM (SELECT key, n FROM tinyq_buckets
+    WHERE queue = NEW.queue AND key >= NEW.key ORDER BY key LIMIT NEW.buckets - 32 OFFSET 32);
+  UPDATE tinyq_spans SET buckets = 32, n = NEW.n - (SELECT s.n FROM tinyq_spans s WHERE s.queue = NEW.queue
+    AND s.key = (SELECT key FROM tinyq_buckets WHERE queue = NEW.queue AND key >= NEW.key ORDER BY key LIMIT 1 OFFSET 32))
+  WHERE queue = NEW.queue AND key = NEW.key;
+END;
+
+CREATE TRIGGER tinyq_spans_emptied AFTER UPDATE OF buckets ON tinyq_spans WHEN NEW.buckets = 0 BEGIN
+  DELETE FROM tinyq_spans WHERE queue = NEW.queue AND key = NEW.key;
+END;
+
+-- An empty bucket goes; when the first empties, the next one's jobs become the first's. A
+-- line left with one bucket is counted by tinyq_counts alone again.
+CREATE TRIGGER tinyq_buckets_emptied AFTER UPDATE OF n ON tinyq_buckets WHEN NEW.n = 0 BEGIN
+  UPDATE tinyq_buckets SET n = (SELECT n FROM tinyq_buckets WHERE queue = NEW.queue AND key > '' ORDER BY key LIMIT 1)
+  WHERE NEW.key = '' AND queue = NEW.queue AND key = ''
+    AND EXISTS (SELECT 1 FROM tinyq_buckets WHERE queue = NEW.queue AND key > '');
+  DELETE FROM tinyq_buckets WHERE queue = NEW.queue AND key = CASE WHEN NEW.key <> '' THEN NEW.key
+    ELSE (SELECT min(key) FROM tinyq_buckets WHERE queue = NEW.queue AND key > '') END;
+  UPDATE tinyq_counts SET spill = NULL WHERE queue = NEW.queue
+    AND NOT EXISTS (SELECT 1 FROM tinyq_buckets WHERE queue = NEW.queue AND key > '');
+  DELETE FROM tinyq_buckets WHERE queue = NEW.queue
+    AND NOT EXISTS (SELECT 1 FROM tinyq_buckets WHERE queue = NEW.queue AND key > '');
 END;
 
 -- A group of a queue with group limits has a row: its running leases, its head, and
@@ -196,7 +315,8 @@ CREATE TRIGGER tinyq_jobs_removed AFTER DELETE ON tinyq_jobs BEGIN
   -- A cancelled job was counted out when it was marked; done and failed ones go here.
   UPDATE tinyq_counts SET done = done - (OLD.status = 'done'), failed = failed - (OLD.status = 'failed'),
     scheduled = scheduled - (OLD.status = 'scheduled'), queued = queued - (OLD.status = 'queued'),
-    running = running - (OLD.status = 'running')
+    running = running - (OLD.status = 'running'),
+    spill = CASE WHEN spill IS NULL THEN NULL WHEN OLD.status = 'queued' THEN '-' || printf('%08x%d%016x%016x', 2147483647 - OLD.priority, OLD.run_at >= 0, OLD.run_at, OLD.seq + (spill IS NULL)) ELSE '' END
   WHERE queue = OLD.queue AND OLD.status <> 'cancelled';
 END;
 

@@ -214,7 +214,7 @@ pub fn tq_get(conn: &Conn, args: &[Val]) -> Result<Out> {
     });
     drop(st);
     if state == "waiting" {
-        obj["ahead"] = crate::stats::ahead(conn, &queue, priority, run_at, seq, now)?.into();
+        obj["ahead"] = crate::stats::ahead(conn, &queue, (priority, run_at, seq), status == "queued", now)?.into();
     }
     Ok(Out::Text(obj.to_string()))
 }

@@ -5,13 +5,14 @@ use crate::sqlite::Conn;
 use crate::sqlite::{Error, Result};
 
 /// What a new store is created with, at this version.
-const STORE: (i64, &str) = (4, include_str!("../sql/store.sql"));
+const STORE: (i64, &str) = (5, include_str!("../sql/store.sql"));
 
 /// Each migration brings a store made by an older tinyq from one version to the next.
 const MIGRATIONS: &[(i64, &str)] = &[
     (2, include_str!("../sql/migrate_1_to_2.sql")),
     (3, include_str!("../sql/migrate_2_to_3.sql")),
     (4, include_str!("../sql/migrate_3_to_4.sql")),
+    (5, include_str!("../sql/migrate_4_to_5.sql")),
 ];
 
 pub fn version() -> i64 {

@@ -10,7 +10,7 @@
 use crate::counts;
 use crate::queues;
 use crate::sqlite::Conn;
-use crate::sqlite::{Result, Val};
+use crate::sqlite::{Result, Stmt, Val};
 
 /// One row of tq_stats.
 pub fn queue_row(conn: &Conn, name: &str, now: i64) -> Result<Vec<Val>> {
@@ -88,49 +88,142 @@ pub fn queue_names(conn: &Conn, queue: Option<&str>) -> Result<Vec<String>> {
     Ok(names)
 }
 
-/// How many waiting jobs of the queue start before (priority, run_at, seq), per JOB-01.
-///
-/// (Each side is a UNION of index ranges: SQLite seeks a row value such as (run_at, seq)
-/// on its first column only.) The waiting jobs are counted (tinyq_counts), so the count ahead is also the total less
-/// the count behind. Both sides are walked together, a row at a time, and the first to
-/// end gives the answer: the cost is that of the shorter side, min(ahead, behind): flat
-/// for the first and the last jobs in line, at most half the line in the middle.
-pub fn ahead(conn: &Conn, queue: &str, priority: i64, run_at: i64, seq: i64, now: i64) -> Result<i64> {
-    let binds: [&dyn crate::sqlite::Bind; 5] = [&queue, &priority, &run_at, &seq, &now];
-    let mut before = conn.query(
-        "SELECT 1 FROM tinyq_jobs WHERE status = 'queued' AND queue = ?1 AND parked = 0 AND priority > ?2
-         UNION ALL SELECT 1 FROM tinyq_jobs WHERE status = 'queued' AND queue = ?1 AND parked = 0 AND priority = ?2 AND run_at < ?3
-         UNION ALL SELECT 1 FROM tinyq_jobs WHERE status = 'queued' AND queue = ?1 AND parked = 0 AND priority = ?2 AND run_at = ?3 AND seq < ?4
-         UNION ALL SELECT 1 FROM tinyq_jobs WHERE status = 'queued' AND queue = ?1 AND parked = 1 AND priority > ?2
-         UNION ALL SELECT 1 FROM tinyq_jobs WHERE status = 'queued' AND queue = ?1 AND parked = 1 AND priority = ?2 AND run_at < ?3
-         UNION ALL SELECT 1 FROM tinyq_jobs WHERE status = 'queued' AND queue = ?1 AND parked = 1 AND priority = ?2 AND run_at = ?3 AND seq < ?4
-         UNION ALL SELECT 1 FROM tinyq_jobs WHERE status = 'scheduled' AND queue = ?1 AND run_at <= ?5
-                                              AND (priority > ?2 OR (priority = ?2 AND (run_at < ?3 OR (run_at = ?3 AND seq < ?4))))",
-        &binds,
-    )?;
-    let mut after = conn.query(
-        "SELECT 1 FROM tinyq_jobs WHERE status = 'queued' AND queue = ?1 AND parked = 0 AND priority < ?2
-         UNION ALL SELECT 1 FROM tinyq_jobs WHERE status = 'queued' AND queue = ?1 AND parked = 0 AND priority = ?2 AND run_at > ?3
-         UNION ALL SELECT 1 FROM tinyq_jobs WHERE status = 'queued' AND queue = ?1 AND parked = 0 AND priority = ?2 AND run_at = ?3 AND seq > ?4
-         UNION ALL SELECT 1 FROM tinyq_jobs WHERE status = 'queued' AND queue = ?1 AND parked = 1 AND priority < ?2
-         UNION ALL SELECT 1 FROM tinyq_jobs WHERE status = 'queued' AND queue = ?1 AND parked = 1 AND priority = ?2 AND run_at > ?3
-         UNION ALL SELECT 1 FROM tinyq_jobs WHERE status = 'queued' AND queue = ?1 AND parked = 1 AND priority = ?2 AND run_at = ?3 AND seq > ?4
-         UNION ALL SELECT 1 FROM tinyq_jobs WHERE status = 'scheduled' AND queue = ?1 AND run_at <= ?5
-                                              AND (priority < ?2 OR (priority = ?2 AND (run_at > ?3 OR (run_at = ?3 AND seq > ?4))))",
-        &binds,
-    )?;
-    let (mut a, mut b) = (0, 0);
+/// A job's place in claim order (JOB-01): (priority, run_at, seq), priority first, highest first.
+type Place = (i64, i64, i64);
+
+/// Before every job (a bucket starting at the front of the line) and after every job (the
+/// end of the line): priorities are 32-bit, so no job has these.
+const FRONT: Place = (i64::MAX, 0, 0);
+const END: Place = (i64::MIN, 0, 0);
+
+/// The queued jobs of ?1 from the place a (?2, ?3, ?4) included to b (?5, ?6, ?7) excluded,
+/// in claim order: five index ranges, each empty when a and b leave it no room, in both
+/// ranges of the claim index (parked or not: a join, which seeks each; `parked IN (0, 1)`
+/// builds a temporary index per range and call, 20x the time). Each range is bounded by a
+/// seek, so the cost is the jobs counted. (SQLite seeks a row value on its first column
+/// only: hence ranges.)
+const BETWEEN: &str = "
+    WITH range(parked) AS (VALUES (0), (1))
+    SELECT 1 FROM range CROSS JOIN tinyq_jobs WHERE status = 'queued' AND queue = ?1 AND tinyq_jobs.parked = range.parked AND priority = ?2 AND run_at = ?3
+      AND seq >= ?4 AND seq <= CASE WHEN ?5 = ?2 AND ?6 = ?3 THEN ?7 - 1 ELSE 9223372036854775807 END
+    UNION ALL SELECT 1 FROM range CROSS JOIN tinyq_jobs WHERE status = 'queued' AND queue = ?1 AND tinyq_jobs.parked = range.parked AND priority = ?2
+      AND run_at > ?3 AND run_at <= CASE WHEN ?5 = ?2 THEN ?6 - 1 ELSE 9223372036854775807 END
+    UNION ALL SELECT 1 FROM range CROSS JOIN tinyq_jobs WHERE status = 'queued' AND queue = ?1 AND tinyq_jobs.parked = range.parked AND priority < ?2 AND priority > ?5
+    UNION ALL SELECT 1 FROM range CROSS JOIN tinyq_jobs WHERE status = 'queued' AND queue = ?1 AND tinyq_jobs.parked = range.parked AND priority = ?5
+      AND run_at < ?6 AND ?2 > ?5
+    UNION ALL SELECT 1 FROM range CROSS JOIN tinyq_jobs WHERE status = 'queued' AND queue = ?1 AND tinyq_jobs.parked = range.parked AND priority = ?5
+      AND run_at = ?6 AND seq < ?7 AND (?2 > ?5 OR ?3 < ?6)";
+
+fn between<'c>(conn: &'c Conn, queue: &str, a: Place, b: Place) -> Result<Stmt<'c>> {
+    conn.query(BETWEEN, &[&queue, &a.0, &a.1, &a.2, &b.0, &b.1, &b.2])
+}
+
+/// Steps two walks together, summing their first column, until one ends: whether it was
+/// the first, and its sum. The cost is twice the shorter walk.
+fn shorter(a: &mut Stmt, b: &mut Stmt) -> Result<(bool, i64)> {
+    let (mut sum_a, mut sum_b) = (0, 0);
     loop {
-        if !before.step()? {
-            return Ok(a);
+        if !a.step()? {
+            return Ok((true, sum_a));
         }
-        a += 1;
-        if !after.step()? {
-            drop((before, after));
-            let queued = conn.one_int("SELECT queued FROM tinyq_counts WHERE queue = ?1", &[&queue])?.unwrap_or(0);
-            let waiting = queued + due_scheduled(conn, queue, now)?;
-            return Ok(waiting - 1 - b);
+        sum_a += a.int(0);
+        if !b.step()? {
+            return Ok((false, sum_b));
         }
-        b += 1;
+        sum_b += b.int(0);
     }
+}
+
+/// The bucket of the line that holds `place`: its key, its jobs, where it starts and where
+/// the next one starts. A line without bucket rows is one bucket of `total` jobs.
+struct Bucket {
+    key: String,
+    n: i64,
+    start: Place,
+    end: Place,
+}
+
+fn bucket_of(conn: &Conn, queue: &str, place: Place, total: i64) -> Result<Bucket> {
+    let mut st = conn.query(
+        "SELECT key, n, priority, run_at, seq FROM tinyq_buckets WHERE queue = ?1
+         AND key <= printf('%08x%d%016x%016x', 2147483647 - ?2, ?3 >= 0, ?3, ?4) ORDER BY key DESC LIMIT 1",
+        &[&queue, &place.0, &place.1, &place.2],
+    )?;
+    let mut b = Bucket { key: String::new(), n: total, start: FRONT, end: END };
+    if st.step()? {
+        b.start = st.opt_int(2).map_or(FRONT, |p| (p, st.int(3), st.int(4)));
+        (b.key, b.n) = (st.text(0).unwrap_or_default(), st.int(1));
+    }
+    drop(st);
+    let mut st = conn.query(
+        "SELECT priority, run_at, seq FROM tinyq_buckets WHERE queue = ?1 AND key > ?2 ORDER BY key LIMIT 1",
+        &[&queue, &b.key],
+    )?;
+    if st.step()? {
+        b.end = (st.int(0), st.int(1), st.int(2));
+    }
+    Ok(b)
+}
+
+/// The jobs of the buckets before the bucket at `key` (`n` jobs; `total` in the line): those
+/// of the spans before its span, then those of its span's buckets before it, each summed
+/// from whichever side has fewer rows (at most 32 buckets; spans: one per 16k jobs or more).
+fn jobs_before(conn: &Conn, queue: &str, key: &str, n: i64, total: i64) -> Result<i64> {
+    let mut st = conn.query(
+        "SELECT key, n, ifnull((SELECT min(key) FROM tinyq_spans WHERE queue = ?1 AND key > ?2), '~')
+         FROM tinyq_spans WHERE queue = ?1 AND key <= ?2 ORDER BY key DESC LIMIT 1",
+        &[&queue, &key],
+    )?;
+    if !st.step()? {
+        return Ok(0); // no buckets: the line is one
+    }
+    let (span, span_n, next) = (st.text(0).unwrap_or_default(), st.int(1), st.text(2).unwrap_or_default());
+    drop(st);
+    let mut before = conn.query("SELECT n FROM tinyq_spans WHERE queue = ?1 AND key < ?2", &[&queue, &span])?;
+    let mut after = conn.query("SELECT n FROM tinyq_spans WHERE queue = ?1 AND key > ?2", &[&queue, &span])?;
+    let spans_before = match shorter(&mut before, &mut after)? {
+        (true, sum) => sum,
+        (false, sum) => total - span_n - sum,
+    };
+    drop((before, after));
+    let mut before =
+        conn.query("SELECT n FROM tinyq_buckets WHERE queue = ?1 AND key >= ?2 AND key < ?3", &[&queue, &span, &key])?;
+    let mut after =
+        conn.query("SELECT n FROM tinyq_buckets WHERE queue = ?1 AND key > ?2 AND key < ?3", &[&queue, &key, &next])?;
+    Ok(spans_before
+        + match shorter(&mut before, &mut after)? {
+            (true, sum) => sum,
+            (false, sum) => span_n - n - sum,
+        })
+}
+
+/// How many waiting jobs of the queue start before the job at `place`, per JOB-01 (`queued`:
+/// the job is in line; otherwise it is scheduled and due, not yet moved in line).
+///
+/// The line is cut into buckets of 1 to 1024 jobs, counted (tinyq_buckets, kept by the
+/// triggers in sql/store.sql; a line of at most 1024 jobs is one bucket and has no rows).
+/// The jobs ahead are those of the buckets before the job's (counted by spans of buckets,
+/// tinyq_spans: jobs_before), and those of its own bucket before it, counted from whichever
+/// end of the bucket is nearer: at most 512 jobs. Due scheduled jobs ahead are counted over their own
+/// index range (only those since the queue's last claim).
+pub fn ahead(conn: &Conn, queue: &str, place: Place, queued: bool, now: i64) -> Result<i64> {
+    let (priority, run_at, seq) = place;
+    let total = conn.one_int("SELECT queued FROM tinyq_counts WHERE queue = ?1", &[&queue])?.unwrap_or(0);
+    let Bucket { key, n, start, end } = bucket_of(conn, queue, place, total)?;
+    let (mut front, mut back) =
+        (between(conn, queue, start, place)?, between(conn, queue, (priority, run_at, seq.saturating_add(1)), end)?);
+    let in_bucket = match shorter(&mut front, &mut back)? {
+        (true, before) => before,
+        (false, behind) => n - behind - i64::from(queued),
+    };
+    drop((front, back));
+    let buckets_before = jobs_before(conn, queue, &key, n, total)?;
+    let due = conn
+        .one_int(
+            "SELECT count(*) FROM tinyq_jobs WHERE status = 'scheduled' AND queue = ?1 AND run_at <= ?5
+             AND (priority > ?2 OR (priority = ?2 AND (run_at < ?3 OR (run_at = ?3 AND seq < ?4))))",
+            &[&queue, &priority, &run_at, &seq, &now],
+        )?
+        .unwrap_or(0);
+    Ok(buckets_before + in_bucket + due)
 }

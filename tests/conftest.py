@@ -53,6 +53,54 @@ def get(conn, job_id):
     return None if text is None else json.loads(text)
 
 
+
+def line_key(priority, run_at, seq):
+    """A job's claim-order key as the store writes it (sql/store.sql, tinyq_buckets)."""
+    return "%08x%d%016x%016x" % (2147483647 - priority, run_at >= 0, run_at & (2**64 - 1), seq)
+
+
+def check_buckets(conn):
+    """Each queue's line is counted as sql/store.sql says (tinyq_buckets): one bucket of at
+    most 1024 jobs and no rows (`spill` NULL), or rows from key '', each starting at its own
+    key, holding 1 to 1024 queued jobs (parked or not), together all of them; and the spans
+    of those rows (tinyq_spans), from key '', each 1 to 64 of them and their jobs."""
+    import bisect
+    lines = {}
+    for queue, p, r, s in conn.execute("SELECT queue, priority, run_at, seq FROM tinyq_jobs WHERE status = 'queued'"):
+        lines.setdefault(queue, []).append(line_key(p, r, s))
+    for queue, queued, spill in conn.execute("SELECT queue, queued, spill FROM tinyq_counts"):
+        rows = conn.execute("SELECT key, n, priority, run_at, seq FROM tinyq_buckets WHERE queue = ? ORDER BY key",
+                            (queue,)).fetchall()
+        keys = sorted(lines.get(queue, []))
+        assert queued == len(keys), (queue, queued, len(keys))
+        if not rows:
+            assert spill is None and queued <= 1024, (queue, spill, queued)
+            continue
+        assert spill is not None and len(rows) >= 2 and rows[0][0] == "" and rows[0][2] is None, (queue, rows[:2])
+        starts = [k for k, *_ in rows]
+        for i, (key, n, p, r, s) in enumerate(rows):
+            assert i == 0 or key == line_key(p, r, s), (queue, key, p, r, s)
+            end = starts[i + 1] if i + 1 < len(rows) else None
+            real = (bisect.bisect_left(keys, end) if end else len(keys)) - bisect.bisect_left(keys, key)
+            assert n == real and 1 <= n <= 1024, (queue, key, n, real)
+        spans = conn.execute("SELECT key, n, buckets FROM tinyq_spans WHERE queue = ? ORDER BY key", (queue,)).fetchall()
+        assert spans and spans[0][0] == "", (queue, spans[:1])
+        for i, (key, n, buckets) in enumerate(spans):
+            end = spans[i + 1][0] if i + 1 < len(spans) else None
+            inside = [r for r in rows if r[0] >= key and (end is None or r[0] < end)]
+            assert (n, buckets) == (sum(r[1] for r in inside), len(inside)) and 1 <= buckets <= 64, (queue, key, n, buckets)
+    alone = conn.execute("SELECT DISTINCT queue FROM tinyq_spans WHERE queue NOT IN (SELECT queue FROM tinyq_buckets)")
+    assert not alone.fetchall(), "spans of a line without buckets"
+
+
+def plain_ahead(conn, job_id):
+    """`ahead` counted the plain way: every waiting job of the queue before this one in claim order."""
+    return one(conn, """
+        SELECT count(*) FROM tinyq_jobs o JOIN tinyq_jobs j ON j.id = ? AND o.queue = j.queue
+        WHERE (o.status = 'queued' OR (o.status = 'scheduled' AND o.run_at <= tq_now()))
+          AND (o.priority > j.priority OR (o.priority = j.priority
+               AND (o.run_at < j.run_at OR (o.run_at = j.run_at AND o.seq < j.seq))))""", job_id)
+
 def claim(conn, queue, worker="w1", n=1, options=None):
     """tq_claim's rows as dicts."""
     if options is None:

@@ -11,7 +11,7 @@ import json
 
 import pytest
 
-from conftest import connect, one
+from conftest import check_buckets, connect, get, one, plain_ahead
 
 NOW = 1_900_000_000_000
 SMALL, BIG = 1_000, 100_000
@@ -118,6 +118,34 @@ def last_waiting(tmp_path, n):
     return db, lambda: [("SELECT tq_get('last')", ())] * ROUNDS
 
 
+def waiting_at(before, after, shape="plain"):
+    """tq_get of a job with `before(n)` jobs added before it and `after(n)` after it. Shapes:
+    plain; mixed priorities (the job's own priority in the middle); parked groups (a queue
+    with group_concurrency 1: most jobs set aside); due (ten jobs on each side scheduled 1 s
+    ahead, then the clock moved past them: they wait, but no claim has put them in line yet,
+    and they are counted one by one until one does)."""
+    options = {"plain": "'{}'",
+               "priorities": "json_object('priority', i % 5 - 2)",
+               "parked": "json_object('group', 'g' || (i % 7), 'priority', i % 3)",
+               "due": "CASE WHEN i % 10 = 0 AND i <= 100 THEN '{\"delay\": \"1s\"}' ELSE json_object('priority', i % 2) END"}[shape]
+
+    def case(tmp_path, n):
+        db = store(tmp_path, f"at-{shape}-{n}")
+        if shape == "parked":
+            one(db, "SELECT tq_queue('g', '{\"group_concurrency\": 1}')")
+        fill(db, before(n), "g", options)
+        one(db, "SELECT tq_add('g', '{}', '{\"id\": \"me\", \"group\": \"g3\"}')")
+        fill(db, after(n), "g", options)
+        if shape == "parked":
+            one(db, "SELECT count(*) FROM tq_claim('g', 'w', 1000, '{\"lease\": \"1d\"}')")
+        if shape == "due":
+            one(db, "SELECT tq_clock(?)", NOW + 2000)
+        assert get(db, "me")["ahead"] == plain_ahead(db, "me")
+        check_buckets(db)
+        return db, lambda: [("SELECT tq_get('me')", ())] * ROUNDS
+    return case
+
+
 def stats(tmp_path, n):
     """tq_stats('q') over n waiting jobs (some of them parked in full groups, some scheduled)."""
     db = store(tmp_path, f"stats{n}")
@@ -136,6 +164,12 @@ CASES = {
     "many_full_groups": many_full_groups,
     "rate_window": rate_window,
     "get_last_waiting": last_waiting,
+    "get_middle": waiting_at(lambda n: n // 2, lambda n: n // 2),
+    "get_near_front": waiting_at(lambda n: 10, lambda n: n),
+    "get_near_back": waiting_at(lambda n: n, lambda n: 10),
+    "get_middle_priorities": waiting_at(lambda n: n // 3, lambda n: n - n // 3, "priorities"),
+    "get_middle_parked_groups": waiting_at(lambda n: n // 2, lambda n: n // 2, "parked"),
+    "get_middle_due_scheduled": waiting_at(lambda n: n // 2, lambda n: n // 2, "due"),
     "stats": stats,
     "plain_claim": plain,
 }
@@ -249,4 +283,64 @@ def test_COST_01_set_aside_groups_still_claim_in_order_within_every_limit(tmp_pa
         stats = db.execute("SELECT waiting, running FROM tq_stats('m')").fetchone()
         assert stats == (one(db, "SELECT count(*) FROM tq_jobs WHERE queue = 'm' AND state = 'waiting'"),
                          one(db, "SELECT count(*) FROM tq_jobs WHERE queue = 'm' AND state = 'running'"))
+    db.close()
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_COST_01_ahead_stays_exact_as_long_lines_are_cut_and_drained(tmp_path, seed):
+    """Lines grow past 1024 jobs (cut into buckets) and drain back (one bucket again) through
+    adds of every priority, grouped jobs set aside, scheduled jobs coming due, claims, every
+    outcome, cancels and retries: the buckets match the rows and `ahead` the plain count."""
+    import random
+    rnd = random.Random(seed)
+    db = store(tmp_path, f"long{seed}")
+    one(db, "SELECT tq_queue('q', '{\"group_concurrency\": 1, \"backoff\": \"1s\"}')")
+    now = NOW
+    cut = drained = False
+    for step in range(60):
+        grow = step < 20
+        fill(db, rnd.randint(100, 300) if grow else rnd.randint(0, 20), "q",
+             "json_object('priority', abs(random()) % 4 - 2, 'group', CASE WHEN random() % 3 = 0 THEN 'g' || (i % 4) END,"
+             " 'delay', CASE WHEN random() % 5 = 0 THEN (abs(random()) % 3) * 1000 ELSE 0 END)")
+        n = rnd.randint(1, 40) if grow else rnd.randint(100, 300)
+        taken = db.execute("SELECT id, attempt FROM tq_claim('q', 'w', ?, '{\"lease\": \"1h\"}')", (n,)).fetchall()
+        for jid, attempt in taken[: len(taken) // 2]:
+            outcome = rnd.choice(["done", "retry", "snooze", "fail", "error"])
+            value = {"retry": "0ms", "snooze": "1s", "fail": "no", "error": "boom"}.get(outcome)
+            one(db, "SELECT tq_settle(?, ?, ?, ?)", jid, attempt, outcome, value)
+        for (jid,) in db.execute("SELECT id FROM tq_jobs WHERE queue = 'q' AND state = 'waiting' ORDER BY random()"
+                                 " LIMIT ?", (10 if grow else 200,)).fetchall():
+            one(db, "SELECT tq_cancel(?)", jid)
+        for (jid,) in db.execute("SELECT id FROM tq_jobs WHERE queue = 'q' AND state = 'failed' LIMIT 5").fetchall():
+            one(db, "SELECT tq_retry(?)", jid)
+        now += rnd.choice([0, 500, 1500])
+        one(db, "SELECT tq_clock(?)", now)
+        check_buckets(db)
+        rows = one(db, "SELECT count(*) FROM tinyq_buckets")
+        cut, drained = cut or rows > 2, drained or (cut and rows == 0)
+        waiting = [r[0] for r in db.execute("SELECT id FROM tq_jobs WHERE queue = 'q' AND state = 'waiting'")]
+        for jid in rnd.sample(waiting, min(5, len(waiting))):
+            assert get(db, jid)["ahead"] == plain_ahead(db, jid), (seed, step, jid)
+    assert cut and drained
+    db.close()
+
+
+def test_COST_01_spans_of_buckets_are_kept_as_a_long_line_fills_and_drains(tmp_path):
+    """Over 64 buckets (32k jobs or so) the buckets are counted in spans too: spans are cut
+    as the line fills, at every priority, and go as claims and cancels drain it."""
+    db = store(tmp_path, "spans")
+    fill(db, 40_000, "s", "json_object('priority', i % 5 - 2)")
+    assert one(db, "SELECT count(*) FROM tinyq_spans") > 1
+    while one(db, "SELECT queued FROM tinyq_counts WHERE queue = 's'"):
+        check_buckets(db)
+        for (jid,) in db.execute("SELECT id FROM tinyq_jobs WHERE queue = 's' AND status = 'queued'"
+                                 " ORDER BY seq % 7, seq LIMIT 3").fetchall():
+            assert get(db, jid)["ahead"] == plain_ahead(db, jid), jid
+        db.execute("BEGIN IMMEDIATE")
+        one(db, "SELECT count(tq_cancel(id)) FROM (SELECT id FROM tinyq_jobs WHERE queue = 's' AND status = 'queued'"
+                " AND seq % 3 = 0 LIMIT 2000)")
+        one(db, "SELECT count(*) FROM tq_claim('s', 'w', 1000)")
+        db.execute("COMMIT")
+    check_buckets(db)
+    assert one(db, "SELECT count(*) FROM tinyq_spans") == 0
     db.close()

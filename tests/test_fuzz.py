@@ -38,7 +38,7 @@ EXT = os.environ.get("TINYQ_EXT") or os.path.join(ROOT, "dist", "tinyq")
 LONG = os.environ.get("TINYQ_FUZZ_LONG") == "1"
 BUDGET_S = float(os.environ.get("TINYQ_FUZZ_SECONDS") or (600 if LONG else 25))
 
-from conftest import DAY, T0  # noqa: E402  (tests/ is the script's own folder: on sys.path)
+from conftest import DAY, T0, check_buckets  # noqa: E402  (tests/ is the script's own folder: on sys.path)
 # Hypothesis runs of EXAMPLES programs of up to STEPS steps each, repeated until the budget is
 # spent (a run's first programs are short: hypothesis starts from simple data).
 EXAMPLES, STEPS = int(os.environ.get("TINYQ_FUZZ_EXAMPLES") or 25), 50
@@ -200,7 +200,9 @@ def min_keep_of(c, min_keep):
 
 
 def check_counters(c):
-    """The counters claims and tq_stats read (tinyq_counts, tinyq_groups) match the rows."""
+    """The counters claims and tq_stats read (tinyq_counts, tinyq_groups) and the buckets
+    tq_get's `ahead` reads (tinyq_buckets) match the rows."""
+    check_buckets(c)
     counted = {r[0]: r[1:] for r in c.execute(
         "SELECT queue, scheduled, queued, running, done, failed FROM tinyq_counts")}
     for queue, *row in c.execute(

@@ -9,10 +9,10 @@ import sqlite3
 
 import pytest
 
-from conftest import ROOT, claim, connect, get, one
+from conftest import ROOT, check_buckets, claim, connect, get, one, plain_ahead
 
 NOW = 1_900_000_000_000
-CURRENT = 4  # the schema version this build creates
+CURRENT = 5  # the schema version this build creates
 DAY = 86_400_000
 
 
@@ -47,7 +47,7 @@ def v1_store(path, version=1):
     return events
 
 
-@pytest.mark.parametrize("version", [1, 2, 3])
+@pytest.mark.parametrize("version", [1, 2, 3, 4])
 def test_old_store_migrates_to_current_on_first_write_keeping_jobs(tmp_path, version):
     path = str(tmp_path / "old.db")
     events_before = v1_store(path, version)
@@ -105,7 +105,7 @@ def shape(db):
     return {(t, n, tbl): " ".join((sql or "").replace('"tinyq_jobs"', "tinyq_jobs").split()) for t, n, tbl, sql in rows}
 
 
-@pytest.mark.parametrize("version", [1, 2, 3])
+@pytest.mark.parametrize("version", [1, 2, 3, 4])
 def test_migrated_store_has_the_schema_of_a_new_store(tmp_path, version):
     old = str(tmp_path / "old.db")
     v1_store(old, version)
@@ -170,4 +170,28 @@ def test_migrated_store_counts_its_jobs_and_limits_its_groups(tmp_path):
     assert one(db, "SELECT tq_settle('g-0', 1, 'done')") == 1
     assert [r["id"] for r in claim(db, "g", "w", 10)] == ["g-1"]
     assert db.execute("SELECT waiting, running, done FROM tq_stats('g')").fetchone() == (2, 2, 1)
+    db.close()
+
+
+def test_long_line_of_a_v4_store_is_cut_into_buckets(tmp_path):
+    """Schema 5 counts a line of over 1024 jobs in buckets (tq_get's `ahead`): the migration
+    cuts the lines already there, in claim order, and `ahead` stays exact as they change."""
+    path = str(tmp_path / "old.db")
+    v1_store(path, 4)
+    db = sqlite3.connect(path, isolation_level=None)
+    db.execute("WITH RECURSIVE c(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM c WHERE i < 1500)"
+               " INSERT INTO tinyq_jobs (id, queue, status, priority, run_at, payload, created_at, changed_at)"
+               " SELECT 'l-' || i, 'long', 'queued', i % 3, ? + i % 7, '{}', ?, ? FROM c", (NOW - DAY, NOW - DAY, NOW - DAY))
+    db.close()
+    db = connect(path)
+    one(db, "SELECT tq_clock(?)", NOW)
+    one(db, "SELECT tq_add('other', '{}')")  # the first write migrates
+    assert one(db, "SELECT count(*) FROM tinyq_buckets WHERE queue = 'long'") == 3  # 512, 512, 476
+    check_buckets(db)
+    for job_id in ("l-1", "l-700", "l-1500", "waiting-1"):
+        assert get(db, job_id)["ahead"] == plain_ahead(db, job_id), job_id
+    claim(db, "long", "w", 600)
+    one(db, "SELECT tq_add('long', '{}', '{\"id\": \"new\", \"priority\": 1}')")
+    check_buckets(db)
+    assert get(db, "new")["ahead"] == plain_ahead(db, "new")
     db.close()

@@ -34,6 +34,8 @@ ALLOWED = [
      "start is counted out once, so the b-tree holds only those"),
     ("SELECT CASE WHEN EXISTS (SELECT 1 FROM tinyq_holders WHERE id IS NOT ?3)", "SCAN tinyq_holders",
      "is another lease-holding process known? stops at the first holder row, one row per worker process"),
+    ("WITH range(parked) AS (VALUES (0), (1))", "SCAN ",
+     "tq_get's ahead walks both ranges of the claim index (parked or not): two constant rows, each a seek"),
     ("WITH RECURSIVE pr(parked, p)", "SCAN pr",
      "tq_stats' oldest due job steps through its own CTE: one row per distinct priority, each a seek"),
     ("FROM tinyq_holders h WHERE NOT EXISTS", "SCAN h",
@@ -136,6 +138,10 @@ def workload(conn, path):
     for i in ids[:2]:
         one(conn, "SELECT tq_get(?)", i)
     one(conn, "SELECT tq_get('no-such')")
+    # A line of over 1024 jobs is counted in buckets: tq_get reads them.
+    one(conn, "WITH RECURSIVE c(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM c WHERE i < 1100)"
+             " SELECT count(tq_add('long', '{}', json_object('id', 'long-' || i))) FROM c")
+    one(conn, "SELECT tq_get('long-600')")
     one(conn, "SELECT tq_wait('q', 0)")
     one(conn, "SELECT tq_wait('empty', 0)")
 
@@ -293,3 +299,20 @@ def test_every_allowlist_entry_is_still_used(tmp_path):
                     used.add(i)
     stale = [ALLOWED[i] for i in range(len(ALLOWED)) if i not in used]
     assert not stale, f"allowlist entries that match no scan any more: {stale}"
+
+
+def test_the_bucket_split_merges_the_claim_index_in_order(tmp_path):
+    """Statements in triggers are not prepared on their own (tq_statements does not list
+    them): the one that walks jobs, the cut of a bucket (sql/store.sql, tinyq_buckets_split),
+    must merge the index ranges of the claim index in claim order, with no sort."""
+    with open(os.path.join(ROOT, "sql", "store.sql")) as f:
+        store = f.read()
+    body = store[store.index("CREATE TRIGGER tinyq_buckets_split"):]
+    walk = body[body.index("FROM (SELECT") + len("FROM ("):body.index("OFFSET 512)") + len("OFFSET 512")]
+    sql = re.sub(r"NEW\.\w+", "?", walk)
+    conn = connect(str(tmp_path / "q.db"))
+    one(conn, "SELECT tq_add('q', '{}')")
+    plan = [row[3] for row in conn.execute("EXPLAIN QUERY PLAN " + sql, [None] * sql.count("?")).fetchall()]
+    assert "MERGE (UNION ALL)" in plan, plan
+    assert not [step for step in plan if BAD.match(step)], plan
+    assert sum("USING INDEX tinyq_jobs_queued" in step for step in plan) == 6, plan
