@@ -118,19 +118,20 @@ fn between<'c>(conn: &'c Conn, queue: &str, a: Place, b: Place) -> Result<Stmt<'
     conn.query(BETWEEN, &[&queue, &a.0, &a.1, &a.2, &b.0, &b.1, &b.2])
 }
 
-/// Steps two walks together, summing their first column, until one ends: whether it was
-/// the first, and its sum. The cost is twice the shorter walk.
-fn shorter(a: &mut Stmt, b: &mut Stmt) -> Result<(bool, i64)> {
-    let (mut sum_a, mut sum_b) = (0, 0);
+/// The sum of the first column of the rows `before` a point, where `both` is the sum over
+/// both sides of it: the two walks are stepped together until one ends, so the cost is
+/// twice the shorter walk; if `after` ends first, the rows before are `both` less its sum.
+fn sum_before(before: &mut Stmt, after: &mut Stmt, both: i64) -> Result<i64> {
+    let (mut sum_before, mut sum_after) = (0, 0);
     loop {
-        if !a.step()? {
-            return Ok((true, sum_a));
+        if !before.step()? {
+            return Ok(sum_before);
         }
-        sum_a += a.int(0);
-        if !b.step()? {
-            return Ok((false, sum_b));
+        sum_before += before.int(0);
+        if !after.step()? {
+            return Ok(both - sum_after);
         }
-        sum_b += b.int(0);
+        sum_after += after.int(0);
     }
 }
 
@@ -181,20 +182,13 @@ fn jobs_before(conn: &Conn, queue: &str, key: &str, n: i64, total: i64) -> Resul
     drop(st);
     let mut before = conn.query("SELECT n FROM tinyq_spans WHERE queue = ?1 AND key < ?2", &[&queue, &span])?;
     let mut after = conn.query("SELECT n FROM tinyq_spans WHERE queue = ?1 AND key > ?2", &[&queue, &span])?;
-    let spans_before = match shorter(&mut before, &mut after)? {
-        (true, sum) => sum,
-        (false, sum) => total - span_n - sum,
-    };
+    let spans_before = sum_before(&mut before, &mut after, total - span_n)?;
     drop((before, after));
     let mut before =
         conn.query("SELECT n FROM tinyq_buckets WHERE queue = ?1 AND key >= ?2 AND key < ?3", &[&queue, &span, &key])?;
     let mut after =
         conn.query("SELECT n FROM tinyq_buckets WHERE queue = ?1 AND key > ?2 AND key < ?3", &[&queue, &key, &next])?;
-    Ok(spans_before
-        + match shorter(&mut before, &mut after)? {
-            (true, sum) => sum,
-            (false, sum) => span_n - n - sum,
-        })
+    Ok(spans_before + sum_before(&mut before, &mut after, span_n - n)?)
 }
 
 /// How many waiting jobs of the queue start before the job at `place`, per JOB-01 (`queued`:
@@ -212,10 +206,8 @@ pub fn ahead(conn: &Conn, queue: &str, place: Place, queued: bool, now: i64) -> 
     let Bucket { key, n, start, end } = bucket_of(conn, queue, place, total)?;
     let (mut front, mut back) =
         (between(conn, queue, start, place)?, between(conn, queue, (priority, run_at, seq.saturating_add(1)), end)?);
-    let in_bucket = match shorter(&mut front, &mut back)? {
-        (true, before) => before,
-        (false, behind) => n - behind - i64::from(queued),
-    };
+    // The job itself is one of the bucket's `n` when it is in line.
+    let in_bucket = sum_before(&mut front, &mut back, n - i64::from(queued))?;
     drop((front, back));
     let buckets_before = jobs_before(conn, queue, &key, n, total)?;
     let due = conn
