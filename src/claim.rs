@@ -3,14 +3,16 @@
 
 use std::collections::HashMap;
 
-use crate::counts::{self, Counts};
-use crate::groups::{self, Place};
+use crate::limits::counts::{self, Counts};
+use crate::limits::groups::{self, Place};
+use crate::limits::{self, windows};
 use crate::options::{self, Options};
-use crate::queues::{self, Settings};
+use crate::schedule;
+use crate::settings::{self, Settings};
 use crate::settle::{self, Held, Outcome};
 use crate::sqlite::{Bind, Conn};
 use crate::sqlite::{Result, Val};
-use crate::{holders, schedules, sweep, wal};
+use crate::{holders, sweep, wal};
 
 /// Most jobs one claim may take.
 pub const MAX_BATCH: i64 = 1000;
@@ -60,8 +62,8 @@ pub fn run(conn: &Conn, req: &Request) -> Result<Vec<Claimed>> {
     wal::before_claim(conn);
     conn.write_tx(|| {
         let now = conn.now();
-        schedules::add_due(conn, queue, now)?; // CRON-01: due times become jobs first
-        let q = queues::load(conn, queue)?;
+        schedule::add_due(conn, queue, now)?; // CRON-01: due times become jobs first
+        let q = settings::load(conn, queue)?;
         let look = Pending::probe(conn, &q, now)?;
         if look.other_holders {
             holders::recover(conn, &q, now)?;
@@ -77,9 +79,9 @@ pub fn run(conn: &Conn, req: &Request) -> Result<Vec<Claimed>> {
             return Ok(vec![]);
         }
         if q.has_group_limits() && !counts::load(conn, &q.name)?.groups_built() {
-            counts::rebuild(conn, &q, now)?; // a store migrated from an older schema
+            limits::rebuild(conn, &q, now)?; // a store migrated from an older schema
         }
-        let used = counts::slide(conn, &q, now)?;
+        let used = windows::slide(conn, &q, now)?;
         groups::refill_dirty(conn, &q, now)?;
         let picked = plan(conn, &q, &used, now, n)?;
         let taken = take(conn, &q, picked, worker, lease.unwrap_or(q.lease()), now)?;
@@ -120,17 +122,12 @@ impl Pending {
 
 /// Leases that ran out: the job waits again, or ends as a timeout, or fails for good.
 fn end_expired(conn: &Conn, q: &Settings, now: i64) -> Result<()> {
-    let mut st = conn.query(
+    let ended = conn.rows(
         "SELECT seq, attempt, tries, budget, lease_until >= deadline FROM tinyq_jobs
          WHERE status = 'running' AND expires_at IS NULL AND queue = ?1 AND lease_until <= ?2",
         &[&q.name, &now],
+        |st| (Held { seq: st.int(0), attempt: st.int(1), tries: st.int(2), budget: st.opt_int(3) }, st.int(4) != 0),
     )?;
-    let mut ended = vec![];
-    while st.step()? {
-        let job = Held { seq: st.int(0), attempt: st.int(1), tries: st.int(2), budget: st.opt_int(3) };
-        ended.push((job, st.int(4) != 0));
-    }
-    drop(st);
     for (job, timed_out) in ended {
         let outcome = if timed_out { Outcome::Error("timeout".into()) } else { Outcome::LeaseExpired { died: false } };
         settle::apply(conn, &job, q, outcome, now)?;
@@ -172,7 +169,7 @@ pub struct Picked {
 }
 
 /// The due jobs to take, in order (JOB-01), within every limit. The walk sees only jobs
-/// that may start (ungrouped ones and the heads of groups with room: see groups.rs), so
+/// that may start (ungrouped ones and the heads of groups with room: see limits/groups.rs), so
 /// jobs set aside in full groups cost it nothing (LIM-02, COST-01). When a group has room
 /// for more than its head, its next jobs are merged into the walk, in order.
 pub fn plan(conn: &Conn, q: &Settings, used: &Counts, now: i64, n: i64) -> Result<Vec<Picked>> {
@@ -227,9 +224,13 @@ pub fn plan(conn: &Conn, q: &Settings, used: &Counts, now: i64, n: i64) -> Resul
         };
         if let (true, Some(g)) = (limited, &group) {
             if !usage.contains_key(g) {
-                let mut counted = conn
-                    .query("SELECT running, started FROM tinyq_groups WHERE queue = ?1 AND grp = ?2", &[&q.name, g])?;
-                let u = if counted.step()? { (counted.int(0), counted.int(1)) } else { (0, 0) };
+                let u = conn
+                    .row(
+                        "SELECT running, started FROM tinyq_groups WHERE queue = ?1 AND grp = ?2",
+                        &[&q.name, g],
+                        |st| (st.int(0), st.int(1)),
+                    )?
+                    .unwrap_or((0, 0));
                 usage.insert(g.clone(), u);
             }
             let u = usage.get_mut(g).expect("usage");
@@ -300,7 +301,7 @@ fn take(conn: &Conn, q: &Settings, picked: Vec<Picked>, worker: &str, lease: i64
         )?;
     }
     let groups: Vec<Option<String>> = picked.iter().map(|p| p.group.clone()).collect();
-    counts::count_in(conn, q, &groups, now)?;
+    windows::count_in(conn, q, &groups, now)?;
     let mut out = Vec::with_capacity(picked.len());
     for job in picked {
         out.push(Claimed {

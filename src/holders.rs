@@ -6,9 +6,9 @@
 
 use std::sync::OnceLock;
 
-use crate::queues::Settings;
+use crate::settings::Settings;
 use crate::settle::{self, Held, Outcome};
-use crate::sqlite::{Conn, Result};
+use crate::sqlite::{Bind, Conn, Result};
 
 /// This process: (machine and boot, pid, start time in clock ticks since boot).
 struct Me {
@@ -88,29 +88,20 @@ fn is_dead(me: &Me, machine: &str, pid: i64, started: i64) -> bool {
 /// live leases here are looked at, so a claim where no other process works costs nothing.
 pub fn recover(conn: &Conn, q: &Settings, now: i64) -> Result<()> {
     let Some(me) = me().filter(|_| conn.clock.get().is_none() && local_file(conn)) else { return Ok(()) };
-    let mut dead = vec![];
-    let mut st = conn.query(
+    let dead = dead_among(
+        conn,
+        me,
         "SELECT h.id, h.machine, h.pid, h.started FROM tinyq_holders h
          WHERE h.id IN (SELECT holder FROM tinyq_jobs
                         WHERE status = 'running' AND expires_at IS NULL AND queue = ?1 AND lease_until > ?2 AND holder IS NOT ?3)",
         &[&q.name, &now, &conn.holder.get()],
     )?;
-    while st.step()? {
-        if is_dead(me, &st.text(1).unwrap_or_default(), st.int(2), st.int(3)) {
-            dead.push(st.int(0));
-        }
-    }
-    drop(st);
     for holder in dead {
-        let mut st = conn.query(
+        let held = conn.rows(
             "SELECT seq, attempt, tries, budget FROM tinyq_jobs WHERE status = 'running' AND queue = ?1 AND holder = ?2",
             &[&q.name, &holder],
+            |st| Held { seq: st.int(0), attempt: st.int(1), tries: st.int(2), budget: st.opt_int(3) },
         )?;
-        let mut held = vec![];
-        while st.step()? {
-            held.push(Held { seq: st.int(0), attempt: st.int(1), tries: st.int(2), budget: st.opt_int(3) });
-        }
-        drop(st);
         for job in held {
             settle::apply(conn, &job, q, Outcome::LeaseExpired { died: true }, now)?;
         }
@@ -130,21 +121,26 @@ pub fn recover(conn: &Conn, q: &Settings, now: i64) -> Result<()> {
 /// Removes the rows of dead processes that hold nothing (tq_sweep); returns how many.
 pub fn forget_dead(conn: &Conn) -> Result<i64> {
     let Some(me) = me() else { return Ok(0) };
-    let mut dead = vec![];
-    let mut st = conn.query(
+    let dead = dead_among(
+        conn,
+        me,
         "SELECT id, machine, pid, started FROM tinyq_holders h
          WHERE NOT EXISTS (SELECT 1 FROM tinyq_jobs WHERE queue IN (SELECT name FROM tinyq_queues)
                              AND status = 'running' AND expires_at IS NULL AND holder = h.id)",
         &[],
     )?;
-    while st.step()? {
-        if is_dead(me, &st.text(1).unwrap_or_default(), st.int(2), st.int(3)) {
-            dead.push(st.int(0));
-        }
-    }
-    drop(st);
     for id in &dead {
         conn.exec("DELETE FROM tinyq_holders WHERE id = ?1", &[id])?;
     }
     Ok(dead.len() as i64)
+}
+
+/// The ids of the dead processes among the holders a query finds (id, machine, pid, started).
+fn dead_among(conn: &Conn, me: &Me, sql: &'static str, params: &[&dyn Bind]) -> Result<Vec<i64>> {
+    let holders = conn.rows(sql, params, |st| (st.int(0), st.text(1).unwrap_or_default(), st.int(2), st.int(3)))?;
+    Ok(holders
+        .into_iter()
+        .filter(|(_, machine, pid, started)| is_dead(me, machine, *pid, *started))
+        .map(|h| h.0)
+        .collect())
 }

@@ -3,9 +3,11 @@
 use serde_json::json;
 
 use crate::options::{self, Options};
+use crate::settings;
 use crate::sqlite::Conn;
 use crate::sqlite::{Out, Result, Val};
-use crate::{queues, random, schema};
+use crate::stats;
+use crate::{random, store};
 
 /// SQL: does queue `$queue` have group limits, so that a due grouped job is set aside until
 /// its group promotes it? The SQL twin of `Settings::has_group_limits`, for statements that
@@ -108,7 +110,7 @@ pub fn tq_add(conn: &Conn, args: &[Val]) -> Result<Out> {
     })
 }
 
-/// One job to add: what tq_add and a schedule's due time (src/schedules.rs) both insert.
+/// One job to add: what tq_add and a schedule's due time (src/schedule/) both insert.
 pub struct Row<'a> {
     pub id: &'a str,
     pub queue: &'a str,
@@ -129,7 +131,7 @@ pub fn insert(conn: &Conn, job: &Row, now: i64) -> Result<bool> {
             concat!("INSERT INTO tinyq_jobs (id, queue, status, grp, priority, run_at, budget, payload, meta, created_at, changed_at, attempt, parked)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?10,
                      coalesce((SELECT attempt FROM tinyq_tombstones WHERE id = ?1), 0),
-                     -- set aside until its group promotes it (groups.rs)
+                     -- set aside until its group promotes it (limits/groups.rs)
                      CASE WHEN ?4 IS NOT NULL AND ?3 = 'queued' THEN ", group_limited!("?2"), " ELSE 0 END)
              ON CONFLICT (id) DO NOTHING"),
             &[&job.id, &job.queue, &status, job.group, &job.priority, &job.run_at, &job.budget, job.payload, job.meta, &now],
@@ -171,50 +173,48 @@ pub fn tq_get(conn: &Conn, args: &[Val]) -> Result<Out> {
         bail!("expects (id)");
     }
     let id = options::name("id", &args[0])?;
-    if !schema::exists(conn)? {
+    if !store::exists(conn)? {
         return Ok(Out::Null);
     }
     let now = conn.now();
-    let mut st = conn.query(
+    let found = conn.row(
         "SELECT seq, id, queue, status, grp, priority, attempt, tries, budget, run_at, lease_until, deadline,
                 worker, payload, result, error, progress, created_at, settled_at, meta
          FROM tinyq_jobs WHERE id = ?1",
         &[&id],
+        |st| {
+            let (queue, status) = (st.text(2).unwrap_or_default(), st.text(3).unwrap_or_default());
+            let place = (st.int(5), st.int(9), st.int(0));
+            let job = json!({
+                "id": st.text(1),
+                "queue": queue,
+                "state": derived_state(&status, place.1, now),
+                "group": st.text(4),
+                "priority": place.0,
+                "attempt": st.int(6),
+                "tries": st.int(7),
+                "attempts": st.opt_int(8), // NULL: the queue's, filled in below
+                "run_at": place.1,
+                "lease_until": st.opt_int(10),
+                "deadline": st.opt_int(11),
+                "worker": st.text(12),
+                "payload": st.val(13).to_json(),
+                "meta": st.val(19).to_json(),
+                "result": st.val(14).to_json(),
+                "error": st.text(15),
+                "progress": st.val(16).to_json(),
+                "created_at": st.int(17),
+                "settled_at": st.opt_int(18),
+            });
+            (job, queue, status, place)
+        },
     )?;
-    if !st.step()? {
-        return Ok(Out::Null);
+    let Some((mut obj, queue, status, place)) = found else { return Ok(Out::Null) };
+    if obj["attempts"].is_null() {
+        obj["attempts"] = settings::load(conn, &queue)?.attempts().into();
     }
-    let (seq, queue, status) = (st.int(0), st.text(2).unwrap_or_default(), st.text(3).unwrap_or_default());
-    let (priority, run_at) = (st.int(5), st.int(9));
-    let state = derived_state(&status, run_at, now).to_string();
-    let budget = match st.opt_int(8) {
-        Some(b) => b,
-        None => queues::load(conn, &queue)?.attempts(),
-    };
-    let mut obj = json!({
-        "id": st.text(1),
-        "queue": queue,
-        "state": state,
-        "group": st.text(4),
-        "priority": priority,
-        "attempt": st.int(6),
-        "tries": st.int(7),
-        "attempts": budget,
-        "run_at": run_at,
-        "lease_until": st.opt_int(10),
-        "deadline": st.opt_int(11),
-        "worker": st.text(12),
-        "payload": st.val(13).to_json(),
-        "meta": st.val(19).to_json(),
-        "result": st.val(14).to_json(),
-        "error": st.text(15),
-        "progress": st.val(16).to_json(),
-        "created_at": st.int(17),
-        "settled_at": st.opt_int(18),
-    });
-    drop(st);
-    if state == "waiting" {
-        obj["ahead"] = crate::stats::ahead(conn, &queue, (priority, run_at, seq), status == "queued", now)?.into();
+    if obj["state"] == "waiting" {
+        obj["ahead"] = stats::ahead(conn, &queue, place, status == "queued", now)?.into();
     }
     Ok(Out::Text(obj.to_string()))
 }

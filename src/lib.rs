@@ -4,30 +4,26 @@
 #![deny(unsafe_code)] // unsafe lives in sqlite/ only, which allows it for itself
 
 #[macro_use]
-pub mod sqlite;
-pub mod claim;
-pub mod counts;
-pub mod cron;
-pub mod groups;
-pub mod holders;
-pub mod jobs;
-pub mod options;
-pub mod pages;
-pub mod queues;
-pub mod random;
-pub mod schedule_get;
-pub mod schedules;
-pub mod schema;
-pub mod settle;
-pub mod stats;
-pub mod step_list;
-pub mod steps;
-pub mod store;
-pub mod sweep;
-pub mod tables;
-pub mod time;
-pub mod wal;
-pub mod watch;
+mod sqlite;
+mod claim;
+mod holders;
+mod jobs;
+mod limits;
+mod options;
+mod pages;
+mod queues;
+mod random;
+mod schedule;
+mod settings;
+mod settle;
+mod stats;
+mod steps;
+mod store;
+mod sweep;
+mod tables;
+mod time;
+mod wait;
+mod wal;
 
 use std::ffi::c_int;
 use std::rc::Rc;
@@ -45,10 +41,10 @@ const SCALARS: &[(&str, c_int, c_int, sqlite::Body)] = &[
     ("tq_step_get", -1, INNOCUOUS, steps::tq_step_get),
     ("tq_step_put", -1, DIRECT_ONLY, steps::tq_step_put),
     ("tq_progress", -1, DIRECT_ONLY, steps::tq_progress),
-    ("tq_wait", -1, DIRECT_ONLY, watch::tq_wait),
-    ("tq_schedule", -1, DIRECT_ONLY, schedules::tq_schedule),
-    ("tq_schedule_get", -1, INNOCUOUS, schedule_get::tq_schedule_get),
-    ("tq_unschedule", -1, DIRECT_ONLY, schedules::tq_unschedule),
+    ("tq_wait", -1, DIRECT_ONLY, wait::tq_wait),
+    ("tq_schedule", -1, DIRECT_ONLY, schedule::tq_schedule),
+    ("tq_schedule_get", -1, INNOCUOUS, schedule::tq_schedule_get),
+    ("tq_unschedule", -1, DIRECT_ONLY, schedule::tq_unschedule),
     ("tq_queue", 1, INNOCUOUS, queues::tq_queue),
     ("tq_queue", 2, DIRECT_ONLY, queues::tq_queue),
     ("tq_queue", -1, DIRECT_ONLY, queues::tq_queue),
@@ -69,7 +65,7 @@ pub fn register(conn: &Rc<Conn>) -> Result<()> {
     register_table::<tables::Jobs>(conn)?;
     register_table::<tables::Stats>(conn)?;
     register_table::<tables::Schedules>(conn)?;
-    register_table::<step_list::Steps>(conn)?;
+    register_table::<tables::Steps>(conn)?;
     register_table::<sqlite::Statements>(conn)?;
     Ok(())
 }
@@ -105,7 +101,7 @@ fn tq_version(_: &Conn, args: &[Val]) -> Result<Out> {
 fn tq_debug(conn: &Conn, args: &[Val]) -> Result<Out> {
     no_args(args)?;
     let sqlite = sqlite::libversion();
-    let schema = match schema::stored_version(conn)? {
+    let schema = match store::stored_version(conn)? {
         0 => "none".to_string(),
         v => v.to_string(),
     };
@@ -113,6 +109,6 @@ fn tq_debug(conn: &Conn, args: &[Val]) -> Result<Out> {
         "tinyq {} (commit {}) sqlite {sqlite} schema {schema} (this build writes schema {})",
         env!("CARGO_PKG_VERSION"),
         option_env!("TINYQ_COMMIT").unwrap_or("unknown"),
-        schema::version()
+        store::version()
     )))
 }

@@ -2,8 +2,8 @@
 //! that ran out, a timeout). One function moves the job for all of them.
 
 use crate::options;
-use crate::queues::{self, Settings};
-use crate::sqlite::{Conn, Out, Result, Val};
+use crate::settings::{self, Settings};
+use crate::sqlite::{Conn, Error, Out, Result, Val};
 use crate::{random, time};
 
 pub enum Outcome {
@@ -72,7 +72,7 @@ pub fn apply(conn: &Conn, job: &Held, q: &Settings, outcome: Outcome, now: i64) 
 }
 
 /// Waits again until `run_at`, with `tries` charged so far. Due at once in a queue with
-/// group limits, a grouped job is set aside until its group promotes it (groups.rs).
+/// group limits, a grouped job is set aside until its group promotes it (limits/groups.rs).
 #[allow(clippy::too_many_arguments)]
 fn again(
     conn: &Conn,
@@ -125,8 +125,7 @@ fn parse_outcome(outcome: &Val, value: Option<&Val>) -> Result<Settle> {
             _ => bail!("outcome '{name}' needs {what} as non-empty text"),
         }
     };
-    let delay =
-        |v: &Val| time::parse_duration(v).map_err(|e| crate::sqlite::Error::bad(format!("outcome '{name}': {e}")));
+    let delay = |v: &Val| time::parse_duration(v).map_err(|e| Error::bad(format!("outcome '{name}': {e}")));
     Ok(Settle::Other(match name.as_str() {
         "done" => return Ok(Settle::Done(options::data("result", &value, true)?)),
         "error" => Outcome::Error(text("an error message")?),
@@ -152,12 +151,12 @@ macro_rules! settle_fence {
 
 /// The fence of a call made while working (renew, step, progress): the attempt still holds
 /// the job's lease.
-#[macro_export]
 macro_rules! working_fence {
     () => {
         " id = ?1 AND attempt = ?2 AND status = 'running' AND lease_until IS NOT NULL "
     };
 }
+pub(crate) use working_fence;
 
 /// Settles `done` in one statement, fenced like `held`; the id is kept for `dedupe`.
 fn done(conn: &Conn, id: &str, attempt: i64, result: &Val) -> Result<Out> {
@@ -169,7 +168,7 @@ fn done(conn: &Conn, id: &str, attempt: i64, result: &Val) -> Result<Out> {
              WHERE",
             settle_fence!()
         ),
-        &[&id, &attempt, result, &conn.now(), &queues::DEFAULT_DEDUPE],
+        &[&id, &attempt, result, &conn.now(), &settings::DEFAULT_DEDUPE],
     )?;
     Ok(Out::Int(n.min(1)))
 }
@@ -205,7 +204,7 @@ pub fn tq_settle(conn: &Conn, args: &[Val]) -> Result<Out> {
         let Some((job, queue)) = held(conn, &id, attempt)? else {
             return Ok(Out::Int(0));
         };
-        let q = queues::load(conn, &queue)?;
+        let q = settings::load(conn, &queue)?;
         apply(conn, &job, &q, outcome, conn.now())?;
         Ok(Out::Int(1))
     })
@@ -222,7 +221,7 @@ pub fn extend_lease(conn: &Conn, id: &str, attempt: i64, lease: Option<i64>) -> 
             working_fence!(),
             "AND ?3 < deadline RETURNING lease_until"
         ),
-        &[&id, &attempt, &conn.now(), &lease, &queues::DEFAULT_LEASE],
+        &[&id, &attempt, &conn.now(), &lease, &settings::DEFAULT_LEASE],
     )
 }
 
@@ -234,7 +233,7 @@ pub fn tq_renew(conn: &Conn, args: &[Val]) -> Result<Out> {
     let (id, attempt) = id_and_attempt(args)?;
     let lease = match args.get(2) {
         None | Some(Val::Null) => None,
-        Some(v) => Some(time::parse_duration(v).map_err(|e| crate::sqlite::Error::bad(format!("lease: {e}")))?),
+        Some(v) => Some(time::parse_duration(v).map_err(|e| Error::bad(format!("lease: {e}")))?),
     };
     if lease == Some(0) {
         bail!("lease must be longer than 0ms");

@@ -1,4 +1,4 @@
-//! tq_stats and tq_get's `ahead`, read from the counters (counts.rs) rather than by
+//! tq_stats and tq_get's `ahead`, read from the counters (limits/counts.rs) rather than by
 //! counting waiting jobs (COST-01).
 //!
 //! What the counters cannot know by themselves is the clock: a scheduled job whose time
@@ -7,24 +7,21 @@
 //! counts it out. Each of those is counted over its own index range, so the cost is the
 //! number of such rows since the queue's last claim, never the number of waiting jobs.
 
-use crate::counts;
-use crate::queues;
+use crate::limits::windows;
+use crate::settings;
 use crate::sqlite::Conn;
 use crate::sqlite::{Result, Stmt, Val};
 
 /// One row of tq_stats.
 pub fn queue_row(conn: &Conn, name: &str, now: i64) -> Result<Vec<Val>> {
-    let q = queues::load(conn, name)?;
-    let mut st = conn.query(
-        "SELECT scheduled, queued, running, done, failed, started, edge FROM tinyq_counts WHERE queue = ?1",
-        &[&name],
-    )?;
-    let (scheduled, queued, running, done, failed, started, edge) = if st.step()? {
-        (st.int(0), st.int(1), st.int(2), st.int(3), st.int(4), st.int(5), st.opt_int(6))
-    } else {
-        (0, 0, 0, 0, 0, 0, None)
-    };
-    drop(st);
+    let q = settings::load(conn, name)?;
+    let (scheduled, queued, running, done, failed, started, edge) = conn
+        .row(
+            "SELECT scheduled, queued, running, done, failed, started, edge FROM tinyq_counts WHERE queue = ?1",
+            &[&name],
+            |st| (st.int(0), st.int(1), st.int(2), st.int(3), st.int(4), st.int(5), st.opt_int(6)),
+        )?
+        .unwrap_or((0, 0, 0, 0, 0, 0, None));
     let due = due_scheduled(conn, name, now)?;
     let expired = conn
         .one_int(
@@ -50,9 +47,9 @@ pub fn queue_row(conn: &Conn, name: &str, now: i64) -> Result<Vec<Val>> {
              SELECT min(run_at) FROM tinyq_jobs WHERE status = 'scheduled' AND queue = ?1 AND run_at <= ?2)",
         &[&name, &now],
     )?;
-    let in_window = match counts::queue_window(&q) {
+    let in_window = match windows::queue_window(&q) {
         None => Val::Null,
-        Some(window) => Val::Int(counts::started_in_window(conn, name, started, edge, now - window)?),
+        Some(window) => Val::Int(windows::started_in_window(conn, name, started, edge, now - window)?),
     };
     Ok(vec![
         Val::Text(name.to_string()),
@@ -80,12 +77,9 @@ fn due_scheduled(conn: &Conn, queue: &str, now: i64) -> Result<i64> {
 
 /// The names tq_stats reports: one queue, or every queue.
 pub fn queue_names(conn: &Conn, queue: Option<&str>) -> Result<Vec<String>> {
-    let mut st = conn.query("SELECT name FROM tinyq_queues WHERE ?1 IS NULL OR name = ?1 ORDER BY name", &[&queue])?;
-    let mut names = vec![];
-    while st.step()? {
-        names.push(st.text(0).unwrap_or_default());
-    }
-    Ok(names)
+    conn.rows("SELECT name FROM tinyq_queues WHERE ?1 IS NULL OR name = ?1 ORDER BY name", &[&queue], |st| {
+        st.text(0).unwrap_or_default()
+    })
 }
 
 /// A job's place in claim order (JOB-01): (priority, run_at, seq), priority first, highest first.
@@ -145,24 +139,25 @@ struct Bucket {
 }
 
 fn bucket_of(conn: &Conn, queue: &str, place: Place, total: i64) -> Result<Bucket> {
-    let mut st = conn.query(
+    let found = conn.row(
         "SELECT key, n, priority, run_at, seq FROM tinyq_buckets WHERE queue = ?1
          AND key <= printf('%08x%d%016x%016x', 2147483647 - ?2, ?3 >= 0, ?3, ?4) ORDER BY key DESC LIMIT 1",
         &[&queue, &place.0, &place.1, &place.2],
+        |st| Bucket {
+            key: st.text(0).unwrap_or_default(),
+            n: st.int(1),
+            start: st.opt_int(2).map_or(FRONT, |p| (p, st.int(3), st.int(4))),
+            end: END,
+        },
     )?;
-    let mut b = Bucket { key: String::new(), n: total, start: FRONT, end: END };
-    if st.step()? {
-        b.start = st.opt_int(2).map_or(FRONT, |p| (p, st.int(3), st.int(4)));
-        (b.key, b.n) = (st.text(0).unwrap_or_default(), st.int(1));
-    }
-    drop(st);
-    let mut st = conn.query(
-        "SELECT priority, run_at, seq FROM tinyq_buckets WHERE queue = ?1 AND key > ?2 ORDER BY key LIMIT 1",
-        &[&queue, &b.key],
-    )?;
-    if st.step()? {
-        b.end = (st.int(0), st.int(1), st.int(2));
-    }
+    let mut b = found.unwrap_or(Bucket { key: String::new(), n: total, start: FRONT, end: END });
+    b.end = conn
+        .row(
+            "SELECT priority, run_at, seq FROM tinyq_buckets WHERE queue = ?1 AND key > ?2 ORDER BY key LIMIT 1",
+            &[&queue, &b.key],
+            |st| (st.int(0), st.int(1), st.int(2)),
+        )?
+        .unwrap_or(END);
     Ok(b)
 }
 
@@ -170,16 +165,15 @@ fn bucket_of(conn: &Conn, queue: &str, place: Place, total: i64) -> Result<Bucke
 /// of the spans before its span, then those of its span's buckets before it, each summed
 /// from whichever side has fewer rows (at most 32 buckets; spans: one per 16k jobs or more).
 fn jobs_before(conn: &Conn, queue: &str, key: &str, n: i64, total: i64) -> Result<i64> {
-    let mut st = conn.query(
+    let Some((span, span_n, next)) = conn.row(
         "SELECT key, n, ifnull((SELECT min(key) FROM tinyq_spans WHERE queue = ?1 AND key > ?2), '~')
          FROM tinyq_spans WHERE queue = ?1 AND key <= ?2 ORDER BY key DESC LIMIT 1",
         &[&queue, &key],
-    )?;
-    if !st.step()? {
+        |st| (st.text(0).unwrap_or_default(), st.int(1), st.text(2).unwrap_or_default()),
+    )?
+    else {
         return Ok(0); // no buckets: the line is one
-    }
-    let (span, span_n, next) = (st.text(0).unwrap_or_default(), st.int(1), st.text(2).unwrap_or_default());
-    drop(st);
+    };
     let mut before = conn.query("SELECT n FROM tinyq_spans WHERE queue = ?1 AND key < ?2", &[&queue, &span])?;
     let mut after = conn.query("SELECT n FROM tinyq_spans WHERE queue = ?1 AND key > ?2", &[&queue, &span])?;
     let spans_before = sum_before(&mut before, &mut after, total - span_n)?;

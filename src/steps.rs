@@ -1,8 +1,8 @@
 //! Steps (JOB-06): answers kept under a job so a later attempt gets them back; and progress.
 
-use crate::settle::extend_lease;
+use crate::settle::{extend_lease, working_fence};
 use crate::sqlite::{Conn, Out, Result, Val};
-use crate::{options, schema};
+use crate::{options, store};
 
 /// tq_step_get(id, name) -> the kept answer or NULL
 pub fn tq_step_get(conn: &Conn, args: &[Val]) -> Result<Out> {
@@ -11,7 +11,7 @@ pub fn tq_step_get(conn: &Conn, args: &[Val]) -> Result<Out> {
     }
     let id = options::name("id", &args[0])?;
     let name = options::name("name", &args[1])?;
-    if !schema::exists(conn)? {
+    if !store::exists(conn)? {
         return Ok(Out::Null);
     }
     let kept = conn.one(
@@ -57,7 +57,7 @@ pub fn tq_progress(conn: &Conn, args: &[Val]) -> Result<Out> {
     let value = options::data("value", &args[2], true)?;
     conn.write_one(|| {
         let n = conn.exec(
-            concat!("UPDATE tinyq_jobs SET progress = ?3, changed_at = ?4 WHERE", crate::working_fence!()),
+            concat!("UPDATE tinyq_jobs SET progress = ?3, changed_at = ?4 WHERE", working_fence!()),
             &[&id, &attempt, &value, &conn.now()],
         )?;
         Ok(Out::Int(n.min(1)))

@@ -1,8 +1,101 @@
-//! Writing to the store: every writer runs in a transaction that creates or migrates the
-//! store first (schema.rs) and holds the write lock from its first read.
+//! The store: its tables created on first use from sql/ and migrated forward by version
+//! (tinyq records its version in tinyq_meta, never in PRAGMA user_version), and the write
+//! transactions that create or migrate it first and hold the write lock from their first read.
 
-use crate::schema;
-use crate::sqlite::{Conn, Result};
+use crate::sqlite::Conn;
+use crate::sqlite::{Error, Result};
+
+/// What a new store is created with, at this version.
+const STORE: (i64, &str) = (5, include_str!("../sql/store.sql"));
+
+/// Each migration brings a store made by an older tinyq from one version to the next.
+const MIGRATIONS: &[(i64, &str)] = &[
+    (2, include_str!("../sql/migrate_1_to_2.sql")),
+    (3, include_str!("../sql/migrate_2_to_3.sql")),
+    (4, include_str!("../sql/migrate_3_to_4.sql")),
+    (5, include_str!("../sql/migrate_4_to_5.sql")),
+];
+
+pub fn version() -> i64 {
+    STORE.0
+}
+
+/// The schema version of the store in this database (0: there is none).
+pub fn stored_version(conn: &Conn) -> Result<i64> {
+    let has_meta = conn.one_int("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'tinyq_meta'", &[])?;
+    if has_meta.is_none() {
+        return Ok(0);
+    }
+    let v = conn.one_int("SELECT value FROM tinyq_meta WHERE key = 'schema_version'", &[]).map_err(|e| Error {
+        code: e.code,
+        msg: format!("the table tinyq_meta is not tinyq's store ({}): rename it, or use another database", e.msg),
+    })?;
+    Ok(v.unwrap_or(0))
+}
+
+/// Is there a store at this tinyq's version? Readers use this and create nothing.
+pub fn exists(conn: &Conn) -> Result<bool> {
+    if conn.store_ready.get() {
+        return Ok(true);
+    }
+    let v = stored_version(conn)?;
+    check_not_newer(v)?;
+    if v == version() {
+        remember(conn);
+    }
+    Ok(v == version())
+}
+
+fn check_not_newer(v: i64) -> Result<()> {
+    if v > version() {
+        bail!("this store has schema version {v}, newer than this tinyq ({}); upgrade tinyq", version());
+    }
+    Ok(())
+}
+
+/// Creates or migrates the store if needed. Writers call this first.
+pub fn ensure(conn: &Conn) -> Result<()> {
+    if exists(conn)? {
+        return Ok(());
+    }
+    conn.transaction(|| {
+        let v = stored_version(conn)?; // again, now under the write lock
+        check_not_newer(v)?;
+        let scripts: Vec<_> = match v {
+            0 => vec![STORE],
+            _ => MIGRATIONS.iter().copied().filter(|m| m.0 > v).collect(),
+        };
+        if v > 0 && !scripts.is_empty() && conn.write_in_progress() {
+            // Rebuilding a table needs DROP TABLE, which SQLite refuses while another
+            // statement (the trigger's) is running.
+            bail!("this store has schema version {v} and needs an upgrade to {}, which cannot run inside another statement (a trigger): call tinyq once outside one, for example SELECT tq_sweep()", version());
+        }
+        for (to, script) in scripts {
+            exec_script(conn, script)?;
+            conn.exec(
+                "INSERT INTO tinyq_meta (key, value) VALUES ('schema_version', ?1)
+                 ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                &[&to],
+            )?;
+        }
+        Ok(())
+    })?;
+    remember(conn);
+    Ok(())
+}
+
+/// Caches "the store is here" only once it is committed: inside a transaction the
+/// caller may still roll its creation back.
+fn remember(conn: &Conn) {
+    if conn.autocommit() {
+        conn.store_ready.set(true);
+    }
+}
+
+/// Runs a script of several statements.
+fn exec_script(conn: &Conn, script: &str) -> Result<()> {
+    conn.exec_script(script).map_err(|e| Error { code: e.code, msg: format!("creating the store: {}", e.msg) })
+}
 
 impl Conn {
     /// Runs `f` atomically on the store (created first if need be), holding the write lock
@@ -12,7 +105,7 @@ impl Conn {
     pub fn write_tx<T>(&self, f: impl FnOnce() -> Result<T>) -> Result<T> {
         let own = self.autocommit() && !self.write_in_progress();
         let r = self.transaction(|| {
-            schema::ensure(self)?;
+            ensure(self)?;
             if !own {
                 // In the caller's transaction: an UPDATE takes the write lock even when it
                 // matches nothing.

@@ -1,8 +1,10 @@
 //! Retention (RET-01): done jobs keep their id for `dedupe`, failed jobs their error for
 //! `keep`; events live as long as the longest `keep`, starts as long as the longest rate window.
 
+use crate::holders;
+use crate::limits::windows;
 use crate::options;
-use crate::queues::{self, Settings};
+use crate::settings::{self, Settings};
 use crate::sqlite::{Bind, Conn, Out, Result, Val};
 
 // Limits are written `LIMIT ?N + 0`: since SQLite 3.47 or so a bare `LIMIT ?N` is planned
@@ -75,7 +77,7 @@ fn events(conn: &Conn, _: &Settings, now: i64, limit: i64, look: Look) -> Result
              coalesce((SELECT seq FROM tinyq_events
                        WHERE at >= ?1 - (SELECT max(coalesce(keep, ?2)) FROM tinyq_queues) ORDER BY seq LIMIT 1),
                       (SELECT max(seq) FROM tinyq_events)))",
-        &[&now, &crate::queues::DEFAULT_KEEP, &limit],
+        &[&now, &settings::DEFAULT_KEEP, &limit],
         2,
     )
 }
@@ -99,8 +101,8 @@ fn starts(conn: &Conn, q: &Settings, now: i64, limit: i64, look: Look) -> Result
         "SELECT EXISTS (SELECT 1 FROM tinyq_starts WHERE queue = ?1 AND at <= ?2)",
         "DELETE FROM tinyq_starts WHERE rowid IN (
              SELECT rowid FROM tinyq_starts WHERE queue = ?1 AND at <= ?2 LIMIT ?3 + 0)",
-        // Only starts every rate window has counted out (counts.rs).
-        &[&q.name, &crate::counts::sweepable_starts(conn, q, now)?, &limit],
+        // Only starts every rate window has counted out (limits/windows.rs).
+        &[&q.name, &windows::sweepable_starts(conn, q, now)?, &limit],
         2,
     )
 }
@@ -136,8 +138,8 @@ pub fn tq_sweep(conn: &Conn, args: &[Val]) -> Result<Out> {
     };
     conn.write_tx(|| {
         let now = conn.now();
-        let mut removed = crate::holders::forget_dead(conn)?;
-        for q in queues::all(conn)? {
+        let mut removed = holders::forget_dead(conn)?;
+        for q in settings::all(conn)? {
             removed += queue(conn, &q, now, limit - removed)?;
             if removed >= limit {
                 break;

@@ -1,14 +1,15 @@
-//! The table-valued functions: tq_claim, tq_watch, tq_jobs, tq_stats, tq_schedules (tq_steps: src/step_list.rs).
+//! The table-valued functions: tq_claim, tq_watch, tq_jobs, tq_stats, tq_schedules, tq_steps.
 
 use std::rc::Rc;
 
 use crate::claim;
 use crate::options;
 use crate::pages;
-use crate::schema;
 use crate::sqlite::Conn;
 use crate::sqlite::{Error, Result, Val};
 use crate::sqlite::{Rows, TableFn};
+use crate::stats;
+use crate::store;
 
 fn arg(filters: &[Option<Val>], i: usize) -> Option<&Val> {
     filters.get(i).and_then(Option::as_ref)
@@ -73,7 +74,7 @@ impl TableFn for Watch {
         };
         let queue = arg(filters, 1).map(|v| options::name("queue", v)).transpose()?;
         let job = arg(filters, 2).map(|v| options::name("job", v)).transpose()?;
-        if !schema::exists(conn)? {
+        if !store::exists(conn)? {
             return Ok(Rows::list(vec![]));
         }
         let st = match (&queue, &job) {
@@ -140,7 +141,7 @@ impl TableFn for Jobs {
         let after = arg(filters, 3).map(|v| options::name("after", v)).transpose()?;
         let prefix = arg(filters, 4).map(|v| options::name("prefix", v)).transpose()?;
         // `= NULL` matches nothing, as in SQL.
-        if filters.iter().any(|f| matches!(f, Some(Val::Null))) || !schema::exists(conn)? {
+        if filters.iter().any(|f| matches!(f, Some(Val::Null))) || !store::exists(conn)? {
             return Ok(Rows::list(vec![]));
         }
         let now = conn.now();
@@ -203,13 +204,13 @@ impl TableFn for Stats {
     const DIRECT_ONLY: bool = false;
     fn rows(conn: &Rc<Conn>, filters: &[Option<Val>]) -> Result<Rows> {
         let queue = arg(filters, 0).map(|v| options::name("queue", v)).transpose()?;
-        if !schema::exists(conn)? {
+        if !store::exists(conn)? {
             return Ok(Rows::list(vec![]));
         }
         let now = conn.now();
-        let rows = crate::stats::queue_names(conn, queue.as_deref())?
+        let rows = stats::queue_names(conn, queue.as_deref())?
             .iter()
-            .map(|name| crate::stats::queue_row(conn, name, now))
+            .map(|name| stats::queue_row(conn, name, now))
             .collect::<Result<Vec<_>>>()?;
         Ok(Rows::list(rows))
     }
@@ -227,7 +228,7 @@ impl TableFn for Schedules {
     const FILTERS: &'static [usize] = &[];
     const DIRECT_ONLY: bool = false;
     fn rows(conn: &Rc<Conn>, _: &[Option<Val>]) -> Result<Rows> {
-        if !schema::exists(conn)? {
+        if !store::exists(conn)? {
             return Ok(Rows::list(vec![]));
         }
         Ok(Rows::query(conn.query(
@@ -235,5 +236,32 @@ impl TableFn for Schedules {
              FROM tinyq_schedules ORDER BY name",
             &[],
         )?))
+    }
+}
+
+/// SELECT * FROM tq_steps(id): the steps kept under a job (JOB-06), for operators: name,
+/// the attempt that kept it, its value and when, in the order they were kept. Read-only.
+pub struct Steps;
+
+impl TableFn for Steps {
+    const NAME: &'static str = "tq_steps";
+    const SCHEMA: &'static str = "CREATE TABLE x(name TEXT, attempt INTEGER, value, created_at INTEGER, job HIDDEN)";
+    const VISIBLE: usize = 4;
+    const FILTERS: &'static [usize] = &[4];
+    const DIRECT_ONLY: bool = false;
+    fn rows(conn: &Rc<Conn>, filters: &[Option<Val>]) -> Result<Rows> {
+        let id = match filters.first().and_then(Option::as_ref) {
+            None => bail!("expects (id): SELECT * FROM tq_steps('job-id')"),
+            Some(v) => options::name("id", v)?,
+        };
+        if !store::exists(conn)? {
+            return Ok(Rows::list(vec![]));
+        }
+        let st = conn.query(
+            "SELECT s.name, s.attempt, s.value, s.created_at FROM tinyq_steps s JOIN tinyq_jobs j ON s.job = j.seq
+             WHERE j.id = ?1 ORDER BY s.created_at, s.name",
+            &[&id],
+        )?;
+        Ok(Rows::query(st))
     }
 }

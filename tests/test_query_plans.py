@@ -27,7 +27,7 @@ ALLOWED = [
      "walks events oldest first to the first one still kept: events are appended in time order, so the "
      "rows it passes are the expired ones this sweep removes"),
     ("INSERT INTO tinyq_groups (queue, grp, running, started, dirty)", "USE TEMP B-TREE FOR GROUP BY",
-     "groups::rebuild counts every group afresh: it runs when tq_queue sets or changes a rate or group limit "
+     "limits::rebuild counts every group afresh: it runs when tq_queue sets or changes a rate or group limit "
      "(or on the first claim of a migrated store), never on an ordinary claim"),
     ("INSERT INTO tinyq_groups (queue, grp, started, dirty)", "USE TEMP B-TREE FOR GROUP BY",
      "a claim counts out, per group, the starts that left the group rate window since the last claim: each "

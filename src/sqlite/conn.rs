@@ -122,10 +122,27 @@ impl Conn {
         Ok(unsafe { sql!(changes64(self.db)) })
     }
 
+    /// Every row of a query, each read by `read` (after rusqlite's `query_map`). The rows
+    /// are collected, so the statement is back in the cache before the caller runs the next.
+    pub fn rows<T>(&self, sql: &'static str, params: &[&dyn Bind], mut read: impl FnMut(&Stmt) -> T) -> Result<Vec<T>> {
+        let mut st = self.query(sql, params)?;
+        let mut rows = vec![];
+        while st.step()? {
+            rows.push(read(&st));
+        }
+        Ok(rows)
+    }
+
+    /// The first row of a query, read by `read`, if there is a row (after rusqlite's
+    /// `query_row`, with no row as None).
+    pub fn row<T>(&self, sql: &'static str, params: &[&dyn Bind], read: impl FnOnce(&Stmt) -> T) -> Result<Option<T>> {
+        let mut st = self.query(sql, params)?;
+        Ok(if st.step()? { Some(read(&st)) } else { None })
+    }
+
     /// The first column of the first row, if there is a row.
     pub fn one(&self, sql: &'static str, params: &[&dyn Bind]) -> Result<Option<Val>> {
-        let mut st = self.query(sql, params)?;
-        Ok(if st.step()? { Some(st.val(0)) } else { None })
+        self.row(sql, params, |st| st.val(0))
     }
 
     /// The first column of the first row as an integer (NULL and no row give None).

@@ -8,7 +8,7 @@ mod error;
 mod ffi;
 mod value;
 
-pub mod checkpoint;
+pub(crate) mod checkpoint;
 mod conn;
 mod func;
 mod load;

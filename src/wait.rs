@@ -4,9 +4,13 @@
 use std::time::Duration;
 
 use crate::claim;
+use crate::limits::windows;
+use crate::schedule;
+use crate::settings;
 use crate::sqlite::Conn;
+use crate::sqlite::Error;
 use crate::sqlite::{Out, Result, Val};
-use crate::{counts, options, queues, schedules, schema, time};
+use crate::{options, store, time};
 
 /// The longest a single tq_wait may block.
 const MAX_WAIT_MS: i64 = 3_600_000;
@@ -19,26 +23,26 @@ fn poll_interval(waited_ms: i64) -> Duration {
 
 /// Could a claim on `queue` take a job now? (Read-only: the same plan a claim makes.)
 fn claimable(conn: &Conn, queue: &str, now: i64) -> Result<bool> {
-    let q = queues::load(conn, queue)?;
+    let q = settings::load(conn, queue)?;
     if q.paused {
         return Ok(false);
     }
     // The counters as the claim would slide them to now: starts may have left a window.
-    if !claim::plan(conn, &q, &counts::current(conn, &q, now)?, now, 1)?.is_empty()
-        || counts::group_window_moved(conn, &q, now)?
+    if !claim::plan(conn, &q, &windows::current(conn, &q, now)?, now, 1)?.is_empty()
+        || windows::group_window_moved(conn, &q, now)?
     {
         return Ok(true);
     }
     // Due but not yet moved in line, or a lease that ran out: the next claim takes them
     // (the claim's own probe). With limits, such a job may still not fit; that claim tells.
     let pending = claim::Pending::probe(conn, &q, now)?;
-    Ok(pending.due || pending.expired || schedules::next_at(conn, queue)?.is_some_and(|t| t <= now))
+    Ok(pending.due || pending.expired || schedule::next_at(conn, queue)?.is_some_and(|t| t <= now))
 }
 
 /// When something in the queue next becomes due by the clock alone: a scheduled job, the
 /// end of a lease, or a start leaving the rate window.
 fn next_due(conn: &Conn, queue: &str, now: i64) -> Result<Option<i64>> {
-    let q = queues::load(conn, queue)?;
+    let q = settings::load(conn, queue)?;
     let window = q.longest_window();
     let rate_frees = if q.counts_starts() {
         conn.one_int("SELECT min(at) FROM tinyq_starts WHERE queue = ?1 AND at > ?2", &[&queue, &(now - window)])?
@@ -53,7 +57,7 @@ fn next_due(conn: &Conn, queue: &str, now: i64) -> Result<Option<i64>> {
              SELECT min(lease_until) FROM tinyq_jobs WHERE status = 'running' AND expires_at IS NULL AND queue = ?1 AND lease_until > ?2)",
         &[&queue, &now],
     )?;
-    Ok([clock, rate_frees, schedules::next_at(conn, queue)?].into_iter().flatten().min())
+    Ok([clock, rate_frees, schedule::next_at(conn, queue)?].into_iter().flatten().min())
 }
 
 /// tq_wait(queue, timeout) -> 1 when a job may be claimable, 0 when the timeout passed.
@@ -62,7 +66,7 @@ pub fn tq_wait(conn: &Conn, args: &[Val]) -> Result<Out> {
         bail!("expects (queue, timeout)");
     }
     let queue = options::name("queue", &args[0])?;
-    let timeout = time::parse_duration(&args[1]).map_err(|e| crate::sqlite::Error::bad(format!("timeout: {e}")))?;
+    let timeout = time::parse_duration(&args[1]).map_err(|e| Error::bad(format!("timeout: {e}")))?;
     if timeout > MAX_WAIT_MS {
         bail!("timeout must be at most 1h, not {timeout}ms");
     }
@@ -73,7 +77,7 @@ pub fn tq_wait(conn: &Conn, args: &[Val]) -> Result<Out> {
     let version = |c: &Conn| c.one_int("PRAGMA data_version", &[]);
     let seen = version(conn)?;
     let mut wake_at = start + timeout;
-    if schema::exists(conn)? {
+    if store::exists(conn)? {
         let now = conn.now();
         if claimable(conn, &queue, now)? {
             return Ok(Out::Int(1));

@@ -9,9 +9,9 @@
 //! next claim on the queue promotes the right head of each dirty group before it plans, in
 //! its own transaction.
 
-use crate::queues::Settings;
+use crate::settings::Settings;
 use crate::sqlite::Conn;
-use crate::sqlite::Result;
+use crate::sqlite::{Bind, Result, Stmt};
 
 /// A job's place in claim order: higher priority first, then run_at, then seq.
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Debug)]
@@ -34,7 +34,7 @@ pub fn has_room(q: &Settings, running: i64, started: i64) -> bool {
 
 /// The first parked job of the group after `after` (or the first of all), in claim order.
 pub fn next_parked(conn: &Conn, queue: &str, grp: &str, after: Option<Place>, now: i64) -> Result<Option<Place>> {
-    let read = |st: &mut crate::sqlite::Stmt| -> Result<Option<Place>> {
+    let read = |st: &mut Stmt| -> Result<Option<Place>> {
         Ok(if st.step()? { Some(Place::new(st.int(0), st.int(1), st.int(2))) } else { None })
     };
     let Some(after) = after else {
@@ -51,7 +51,7 @@ pub fn next_parked(conn: &Conn, queue: &str, grp: &str, after: Option<Place>, no
     // seek tests the due time on ?4, not run_at: given `run_at <= ?6` beside `run_at = ?4`,
     // SQLite seeks the range and sorts every due job of that priority (a temporary b-tree).
     let priority = -after.neg_priority;
-    let binds: [&dyn crate::sqlite::Bind; 6] = [&queue, &grp, &priority, &after.run_at, &after.seq, &now];
+    let binds: [&dyn Bind; 6] = [&queue, &grp, &priority, &after.run_at, &after.seq, &now];
     for sql in [
         "SELECT priority, run_at, seq FROM tinyq_jobs
          WHERE status = 'queued' AND parked = 1 AND queue = ?1 AND grp = ?2 AND priority = ?3
@@ -80,15 +80,11 @@ pub fn refill_dirty(conn: &Conn, q: &Settings, now: i64) -> Result<()> {
     if !q.has_group_limits() {
         return Ok(());
     }
-    let mut st = conn.query(
+    let dirty = conn.rows(
         "SELECT grp, running, started, head FROM tinyq_groups INDEXED BY tinyq_groups_dirty WHERE dirty = 1 AND queue = ?1",
         &[&q.name],
+        |st| (st.text(0).unwrap_or_default(), st.int(1), st.int(2), st.opt_int(3)),
     )?;
-    let mut dirty = vec![];
-    while st.step()? {
-        dirty.push((st.text(0).unwrap_or_default(), st.int(1), st.int(2), st.opt_int(3)));
-    }
-    drop(st);
     for (grp, running, started, head) in dirty {
         refill(conn, q, &grp, running, started, head, now)?;
     }
@@ -98,17 +94,11 @@ pub fn refill_dirty(conn: &Conn, q: &Settings, now: i64) -> Result<()> {
 fn refill(conn: &Conn, q: &Settings, grp: &str, running: i64, started: i64, head: Option<i64>, now: i64) -> Result<()> {
     let first = next_parked(conn, &q.name, grp, None, now)?;
     let head_place = match head {
-        Some(seq) => {
-            let mut st = conn.query(
-                "SELECT priority, run_at, seq FROM tinyq_jobs WHERE seq = ?1 AND status = 'queued' AND parked = 0",
-                &[&seq],
-            )?;
-            if st.step()? {
-                Some(Place::new(st.int(0), st.int(1), st.int(2)))
-            } else {
-                None
-            }
-        }
+        Some(seq) => conn.row(
+            "SELECT priority, run_at, seq FROM tinyq_jobs WHERE seq = ?1 AND status = 'queued' AND parked = 0",
+            &[&seq],
+            |st| Place::new(st.int(0), st.int(1), st.int(2)),
+        )?,
         None => None,
     };
     let wanted = if has_room(q, running, started) { [first, head_place].into_iter().flatten().min() } else { None };
@@ -141,15 +131,16 @@ fn refill(conn: &Conn, q: &Settings, grp: &str, running: i64, started: i64, head
 /// After a change of the queue's group limits: every due job of the queue is set aside
 /// again from scratch (or none, without group limits), and every group row counted anew.
 /// This is the one step whose cost grows with the queue (it runs in tq_queue, not claims).
-pub fn rebuild(conn: &Conn, q: &Settings, now: i64) -> Result<()> {
-    conn.exec("INSERT OR IGNORE INTO tinyq_counts (queue) VALUES (?1)", &[&q.name])?;
+/// Returns the group rate window's edge the rows were counted at (i64::MIN without a
+/// group rate), or None without group limits.
+pub fn rebuild(conn: &Conn, q: &Settings, now: i64) -> Result<Option<i64>> {
     conn.exec("DELETE FROM tinyq_groups WHERE queue = ?1", &[&q.name])?;
     if !q.has_group_limits() {
         conn.exec(
             "UPDATE tinyq_jobs SET parked = 0 WHERE status = 'queued' AND parked = 1 AND queue = ?1",
             &[&q.name],
         )?;
-        return Ok(());
+        return Ok(None);
     }
     // Every head is set aside too; the claim after this promotes the right ones again.
     conn.exec(
@@ -167,7 +158,27 @@ pub fn rebuild(conn: &Conn, q: &Settings, now: i64) -> Result<()> {
          GROUP BY grp",
         &[&q.name, &window],
     )?;
-    // gedge set says "built" (i64::MIN: no group rate window to slide).
-    conn.exec("UPDATE tinyq_counts SET gedge = ?2 WHERE queue = ?1", &[&q.name, &window.unwrap_or(i64::MIN)])?;
+    // i64::MIN: no group rate window to slide.
+    Ok(Some(window.unwrap_or(i64::MIN)))
+}
+
+/// The group rate window's edge moved from `old` to `edge`: the starts between the two are
+/// counted out of their groups (or, for an edge moved back, in), and those groups marked dirty.
+pub fn count_passed(conn: &Conn, queue: &str, old: i64, edge: i64) -> Result<()> {
+    let (lo, hi) = (old.min(edge), old.max(edge));
+    let sign: i64 = if edge > old { -1 } else { 1 };
+    conn.exec(
+        "INSERT INTO tinyq_groups (queue, grp, started, dirty)
+         SELECT ?1, grp, ?4 * count(*), 1 FROM tinyq_starts
+         WHERE queue = ?1 AND at > ?2 AND at <= ?3 AND grp IS NOT NULL GROUP BY grp
+         ON CONFLICT (queue, grp) DO UPDATE SET started = started + excluded.started, dirty = 1",
+        &[&queue, &lo, &hi, &sign],
+    )?;
+    Ok(())
+}
+
+/// Counts in a start just taken in the group (with a group rate).
+pub fn count_start(conn: &Conn, queue: &str, grp: &str) -> Result<()> {
+    conn.exec("UPDATE tinyq_groups SET started = started + 1 WHERE queue = ?1 AND grp = ?2", &[&queue, &grp])?;
     Ok(())
 }

@@ -1,6 +1,6 @@
 //! When a schedule is due: cron expressions read in an IANA time zone (the `croner` and
 //! `chrono-tz` crates), `@every <duration>`, and the due times a gap leaves behind.
-//! Pure logic over ms since the epoch, unit-tested here; src/schedules.rs stores it.
+//! Pure logic over ms since the epoch, unit-tested here; src/schedule/mod.rs stores it.
 
 use std::str::FromStr;
 

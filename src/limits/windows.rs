@@ -1,43 +1,19 @@
-//! Counters a claim reads instead of counting rows (COST-01): jobs per stored status and
-//! running leases (kept by the triggers in sql/store.sql), and starts inside the rate
-//! windows (kept here). Each start is counted in once, when it is taken, and counted out
-//! once, by the first claim after it leaves the window: that claim moves the window's edge
-//! and counts the starts it passes over, so a claim's work is the starts that left since
-//! the previous one, not the starts inside the window.
+//! The rate windows (LIM-02): starts inside each window, counted from the starts log
+//! (tinyq_starts: written here, trimmed by the sweep) rather than counted again at each claim (COST-01). Each
+//! start is counted in once, when it is taken, and counted out once, by the first claim
+//! after it leaves the window: that claim moves the window's edge and counts the starts it
+//! passes over, so a claim's work is the starts that left since the previous one, not the
+//! starts inside the window.
 
-use crate::queues::Settings;
+use super::counts::{self, Counts};
+use super::groups;
+use crate::settings::Settings;
 use crate::sqlite::Conn;
 use crate::sqlite::Result;
 
 /// The queue-wide window tq_stats reports and `rate` limits: the rate's, else the group rate's.
 pub fn queue_window(q: &Settings) -> Option<i64> {
     q.rate.or(q.group_rate).map(|r| r.1)
-}
-
-/// The queue's counters as stored.
-#[derive(Default)]
-pub struct Counts {
-    pub running: i64,
-    pub started: i64,
-    edge: Option<i64>,
-    gedge: Option<i64>,
-}
-
-impl Counts {
-    /// Have the groups of this queue been counted (groups::rebuild)? A store migrated
-    /// from an older schema has not, until its first claim.
-    pub fn groups_built(&self) -> bool {
-        self.gedge.is_some()
-    }
-}
-
-pub fn load(conn: &Conn, queue: &str) -> Result<Counts> {
-    let mut st = conn.query("SELECT running, started, edge, gedge FROM tinyq_counts WHERE queue = ?1", &[&queue])?;
-    Ok(if st.step()? {
-        Counts { running: st.int(0), started: st.int(1), edge: st.opt_int(2), gedge: st.opt_int(3) }
-    } else {
-        Counts::default()
-    })
 }
 
 /// Brings the rate counters to `now` (in the claim's transaction): starts that left a
@@ -49,7 +25,7 @@ pub fn slide(conn: &Conn, q: &Settings, now: i64) -> Result<Counts> {
     if !q.counts_starts() && q.concurrency.is_none() {
         return Ok(Counts::default()); // no queue-wide limit reads them
     }
-    let mut c = load(conn, &q.name)?;
+    let mut c = counts::load(conn, &q.name)?;
     if !q.counts_starts() {
         return Ok(c);
     }
@@ -64,20 +40,10 @@ pub fn slide(conn: &Conn, q: &Settings, now: i64) -> Result<Counts> {
         let edge = now - window;
         moved_back |= c.gedge.is_some_and(|old| old > edge);
         match c.gedge {
-            // Not built yet: claim::run rebuilds first (groups::rebuild sets gedge).
+            // Not built yet: claim::run rebuilds first (limits::rebuild sets gedge).
             None => {}
             Some(old) if old == edge => {}
-            Some(old) => {
-                let (lo, hi) = (old.min(edge), old.max(edge));
-                let sign: i64 = if edge > old { -1 } else { 1 };
-                conn.exec(
-                    "INSERT INTO tinyq_groups (queue, grp, started, dirty)
-                     SELECT ?1, grp, ?4 * count(*), 1 FROM tinyq_starts
-                     WHERE queue = ?1 AND at > ?2 AND at <= ?3 AND grp IS NOT NULL GROUP BY grp
-                     ON CONFLICT (queue, grp) DO UPDATE SET started = started + excluded.started, dirty = 1",
-                    &[&q.name, &lo, &hi, &sign],
-                )?;
-            }
+            Some(old) => groups::count_passed(conn, &q.name, old, edge)?,
         }
         c.gedge = Some(edge);
     }
@@ -85,10 +51,7 @@ pub fn slide(conn: &Conn, q: &Settings, now: i64) -> Result<Counts> {
         // Every start re-dated stays inside both windows (now > edge), so no count changes.
         conn.exec("UPDATE tinyq_starts SET at = ?2 WHERE queue = ?1 AND at > ?2", &[&q.name, &now])?;
     }
-    conn.exec(
-        "UPDATE tinyq_counts SET started = ?2, edge = ?3, gedge = ?4 WHERE queue = ?1",
-        &[&q.name, &c.started, &c.edge, &c.gedge],
-    )?;
+    counts::save_windows(conn, &q.name, &c)?;
     Ok(c)
 }
 
@@ -121,7 +84,7 @@ pub fn started_in_window(conn: &Conn, queue: &str, started: i64, old: Option<i64
 /// The counters as a claim at `now` would find them, without writing (for tq_wait): the
 /// queue-wide window brought to `now`.
 pub fn current(conn: &Conn, q: &Settings, now: i64) -> Result<Counts> {
-    let mut c = load(conn, &q.name)?;
+    let mut c = counts::load(conn, &q.name)?;
     if let Some(window) = queue_window(q) {
         c.started = started_in_window(conn, &q.name, c.started, c.edge, now - window)?;
     }
@@ -131,7 +94,7 @@ pub fn current(conn: &Conn, q: &Settings, now: i64) -> Result<Counts> {
 /// Have starts left the group rate window since the last claim? Then a group may have room
 /// that its stored count does not show yet (the next claim counts them out).
 pub fn group_window_moved(conn: &Conn, q: &Settings, now: i64) -> Result<bool> {
-    let (Some((_, window)), Some(gedge)) = (q.group_rate, load(conn, &q.name)?.gedge) else {
+    let (Some((_, window)), Some(gedge)) = (q.group_rate, counts::load(conn, &q.name)?.gedge) else {
         return Ok(false);
     };
     Ok(conn.one_int(
@@ -140,24 +103,24 @@ pub fn group_window_moved(conn: &Conn, q: &Settings, now: i64) -> Result<bool> {
     )? == Some(1))
 }
 
-/// Counts in the starts a claim just took.
-pub fn count_in(conn: &Conn, q: &Settings, groups: &[Option<String>], now: i64) -> Result<()> {
-    if !q.counts_starts() || groups.is_empty() {
+/// Counts in the starts a claim just took (the group of each job taken).
+pub fn count_in(conn: &Conn, q: &Settings, taken: &[Option<String>], now: i64) -> Result<()> {
+    if !q.counts_starts() || taken.is_empty() {
         return Ok(());
     }
-    for grp in groups {
+    for grp in taken {
         conn.exec("INSERT INTO tinyq_starts (queue, grp, at) VALUES (?1, ?2, ?3)", &[&q.name, grp, &now])?;
-        if q.group_rate.is_some() && grp.is_some() {
-            conn.exec("UPDATE tinyq_groups SET started = started + 1 WHERE queue = ?1 AND grp = ?2", &[&q.name, grp])?;
+        if let (Some(_), Some(grp)) = (q.group_rate, grp) {
+            groups::count_start(conn, &q.name, grp)?;
         }
     }
-    conn.exec("UPDATE tinyq_counts SET started = started + ?2 WHERE queue = ?1", &[&q.name, &(groups.len() as i64)])?;
+    counts::add_started(conn, &q.name, taken.len() as i64)?;
     Ok(())
 }
 
 /// The oldest start the sweep may remove: one that every window has counted out.
 pub fn sweepable_starts(conn: &Conn, q: &Settings, now: i64) -> Result<i64> {
-    let c = load(conn, &q.name)?;
+    let c = counts::load(conn, &q.name)?;
     let mut cut = now - q.longest_window();
     if queue_window(q).is_some() {
         cut = cut.min(c.edge.unwrap_or(i64::MIN));
@@ -166,12 +129,4 @@ pub fn sweepable_starts(conn: &Conn, q: &Settings, now: i64) -> Result<i64> {
         cut = cut.min(c.gedge.unwrap_or(i64::MIN));
     }
     Ok(cut)
-}
-
-/// After a change of the queue's rate settings: the counters start again from the log.
-pub fn rebuild(conn: &Conn, q: &Settings, now: i64) -> Result<()> {
-    conn.exec("UPDATE tinyq_counts SET started = 0, edge = NULL, gedge = NULL WHERE queue = ?1", &[&q.name])?;
-    crate::groups::rebuild(conn, q, now)?;
-    slide(conn, q, now)?;
-    Ok(())
 }

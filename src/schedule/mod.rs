@@ -3,14 +3,17 @@
 //! the claim's own write transaction, so two processes never add the same due time (the
 //! write lock orders them and the ids `<name>@<due time>` would refuse a second one).
 
-use serde_json::json;
+mod cron;
+mod get;
 
-use crate::cron::{self, Missed, Timing};
+pub use get::tq_schedule_get;
+
 use crate::jobs::{self, Row};
 use crate::options::{self, Options};
-use crate::schema;
 use crate::sqlite::Conn;
-use crate::sqlite::{Error, Out, Result, Val};
+use crate::sqlite::{Error, Out, Result, Stmt, Val};
+use crate::store;
+use cron::{Missed, Timing};
 
 /// A schedule as stored in tinyq_schedules.
 struct Schedule {
@@ -118,38 +121,8 @@ pub fn tq_schedule(conn: &Conn, args: &[Val]) -> Result<Out> {
         )?;
         // The schedule's queue exists from now on (tq_stats, tq_queue list it).
         conn.exec("INSERT OR IGNORE INTO tinyq_queues (name) VALUES (?1)", &[&s.queue])?;
-        Ok(Out::Text(describe(conn, &s.name)?.unwrap_or_default()))
+        Ok(Out::Text(get::describe(conn, &s.name)?.unwrap_or_default()))
     })
-}
-
-/// The schedule as tq_schedule returns it.
-pub fn describe(conn: &Conn, name: &str) -> Result<Option<String>> {
-    let mut st = conn.query(
-        "SELECT name, queue, expr, tz, payload, priority, grp, budget, meta, missed, paused, next_at, last_at, last_id
-         FROM tinyq_schedules WHERE name = ?1",
-        &[&name],
-    )?;
-    if !st.step()? {
-        return Ok(None);
-    }
-    let paused = st.int(10) != 0;
-    let obj = json!({
-        "name": st.text(0),
-        "queue": st.text(1),
-        "when": st.text(2),
-        "tz": st.text(3),
-        "payload": st.val(4).to_json(),
-        "priority": st.int(5),
-        "group": st.text(6),
-        "attempts": st.opt_int(7),
-        "meta": st.val(8).to_json(),
-        "missed": st.text(9),
-        "paused": paused,
-        "next_at": if paused { None } else { st.opt_int(11) },
-        "last_at": st.opt_int(12),
-        "last_id": st.text(13),
-    });
-    Ok(Some(obj.to_string()))
 }
 
 /// tq_unschedule(name) -> 1 or 0. The jobs it already added stay.
@@ -158,7 +131,7 @@ pub fn tq_unschedule(conn: &Conn, args: &[Val]) -> Result<Out> {
         bail!("expects (name)");
     }
     let name = options::name("name", &args[0])?;
-    if !schema::exists(conn)? {
+    if !store::exists(conn)? {
         return Ok(Out::Int(0));
     }
     conn.write_tx(|| Ok(Out::Int(conn.exec("DELETE FROM tinyq_schedules WHERE name = ?1", &[&name])?.min(1))))
@@ -168,33 +141,13 @@ pub fn tq_unschedule(conn: &Conn, args: &[Val]) -> Result<Out> {
 /// the queue whose next due time has come adds its job(s) and moves on to its next due
 /// time after now. With no schedule due, this is one index seek that finds nothing.
 pub fn add_due(conn: &Conn, queue: &str, now: i64) -> Result<()> {
-    let mut st = conn.query(
+    let due = conn.rows(
         "SELECT name, expr, tz, next_at, missed, payload, priority, grp, budget, meta FROM tinyq_schedules
          WHERE paused = 0 AND queue = ?1 AND next_at <= ?2",
         &[&queue, &now],
+        |st| read_due(st, queue),
     )?;
-    let mut due = vec![];
-    while st.step()? {
-        let name = st.text(0).unwrap_or_default();
-        // Checked when stored: a failure here means the store was edited by hand.
-        let broken = |e: String| Error::bad(format!("schedule '{name}' cannot be read ({e}): replace or remove it"));
-        let sched = Schedule {
-            queue: queue.to_string(),
-            when: st.text(1).unwrap_or_default(),
-            tz: st.text(2).unwrap_or_default(),
-            missed: Missed::parse(&st.text(4).unwrap_or_default()).map_err(broken)?,
-            payload: st.val(5),
-            priority: st.int(6),
-            group: st.text(7),
-            attempts: st.opt_int(8),
-            meta: st.text(9),
-            paused: false,
-            name: name.clone(),
-        };
-        let timing = Timing::parse(&sched.when, &sched.tz).map_err(broken)?;
-        due.push((sched, timing, st.int(3)));
-    }
-    drop(st);
+    let due = due.into_iter().collect::<Result<Vec<_>>>()?;
     for (sched, timing, next_at) in due {
         let mut last = None;
         for at in timing.due(next_at, now, sched.missed) {
@@ -212,6 +165,28 @@ pub fn add_due(conn: &Conn, queue: &str, now: i64) -> Result<()> {
         )?;
     }
     Ok(())
+}
+
+/// A due schedule's row of add_due: the schedule, its timing and its next due time.
+fn read_due(st: &Stmt, queue: &str) -> Result<(Schedule, Timing, i64)> {
+    let name = st.text(0).unwrap_or_default();
+    // Checked when stored: a failure here means the store was edited by hand.
+    let broken = |e: String| Error::bad(format!("schedule '{name}' cannot be read ({e}): replace or remove it"));
+    let sched = Schedule {
+        queue: queue.to_string(),
+        when: st.text(1).unwrap_or_default(),
+        tz: st.text(2).unwrap_or_default(),
+        missed: Missed::parse(&st.text(4).unwrap_or_default()).map_err(broken)?,
+        payload: st.val(5),
+        priority: st.int(6),
+        group: st.text(7),
+        attempts: st.opt_int(8),
+        meta: st.text(9),
+        paused: false,
+        name: name.clone(),
+    };
+    let timing = Timing::parse(&sched.when, &sched.tz).map_err(broken)?;
+    Ok((sched, timing, st.int(3)))
 }
 
 impl Schedule {
