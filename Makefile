@@ -4,7 +4,7 @@ PY ?= /usr/bin/python3
 CARGO ?= cargo
 EXT := dist/tinyq.so
 
-.PHONY: all loadable deps demo test test-rust test-python test-python-current test-node test-cluster soak bench bench-quick screenshots clean \
+.PHONY: all loadable deps demo test test-rust test-python test-python-current test-node test-drivers test-cluster soak bench bench-quick screenshots clean \
 	install uninstall wheel npm-pack test-npm-package
 
 all: loadable
@@ -55,7 +55,7 @@ fuzz: $(EXT)
 demo: $(EXT)
 	$(PY) examples/demo.py
 
-test: $(EXT) test-rust test-python test-node test-cluster test-python-current
+test: $(EXT) test-rust test-python test-node test-drivers test-cluster test-python-current
 
 test-rust: deps
 	$(CARGO) test --release --lib
@@ -80,6 +80,12 @@ node/node_modules: node/package.json
 
 test-node: $(EXT) node/node_modules
 	cd node && node --test test/
+
+# One scenario (tests/drivers/scenario.json) through every driver of docs/drivers.md, and PHP's
+# query() trap pinned; installs what is missing (Debian, Bun/Deno from npm, rusqlite from
+# crates.io), builds under target/drivers/. Warm: a few seconds. TINYQ_DRIVERS="php go" for some.
+test-drivers: $(EXT) node/node_modules
+	PY=$(PY) bash tests/drivers/run.sh
 
 # Three dqlite nodes on 127.0.0.1 (Debian go-dqlite + libdqlite0, installed if missing) with
 # tinyq preloaded; the leader is SIGKILLed mid-work. About 15 s.
