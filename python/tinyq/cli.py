@@ -46,6 +46,28 @@ def require_queue(conn, args):
 
 # -- formatting ---------------------------------------------------------------------------
 
+# What human output shows as escapes: C0 controls, DEL and C1 controls (ESC starts the
+# sequences that move the cursor or retitle the terminal, CR and backspace overwrite what is
+# shown), line and paragraph separators, and the bidi controls that reorder the rest of a
+# line. --json output stays exact: json.dumps escapes all of them but DEL (which terminals
+# ignore).
+UNSAFE = [*range(0x20), *range(0x7f, 0xa0), 0x61c, 0x200e, 0x200f, *range(0x202a, 0x202f),
+          *range(0x2066, 0x206a), 0x2028, 0x2029]
+ESCAPES = {c: {0x9: "\\t", 0xa: "\\n", 0xd: "\\r"}.get(c, ("\\x%02x" if c < 0x100 else "\\u%04x") % c)
+           for c in UNSAFE}
+
+
+def printable(text, keep=""):
+    """`text` with its control characters written as escapes (\\x1b, \\r, \\u202e), except
+    those in `keep`: an id, a queue name or an error message is shown, never obeyed."""
+    return str(text).translate({c: e for c, e in ESCAPES.items() if chr(c) not in keep} if keep else ESCAPES)
+
+
+def say(*values, file=None, flush=False):
+    """print, with control characters escaped."""
+    print(printable(" ".join(str(v) for v in values)), file=file, flush=flush)
+
+
 def when(ms, with_ms=False):
     """ms since the epoch as UTC: 2026-11-29 12:00:00Z."""
     if ms is None:
@@ -76,10 +98,10 @@ def oneline(value, width=None):
 
 
 def table(header, body):
-    cells = [header] + [[str(v) for v in row] for row in body]
+    cells = [header] + [[printable(v) for v in row] for row in body]
     widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
     for row in cells:
-        print("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip())
+        say("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip())
 
 
 def as_json(cols, body):
@@ -98,7 +120,7 @@ def cmd_stats(conn, args):
     if args.json:
         return as_json(cols, body)
     if not body:
-        print("no queues")
+        say("no queues")
         return
     table(["queue", "scheduled", "waiting", "running", "leases", "done", "failed",
            "oldest waiting", "started in window", "paused"],
@@ -134,9 +156,9 @@ def cmd_jobs(conn, args):
                 when(r[c["run_at"]]), r[c["worker"]] or "", oneline(r[c["error"]], 70))
                for r in body])
     else:
-        print("no jobs")
+        say("no jobs")
     if more:
-        print(more, file=sys.stderr)
+        say(more, file=sys.stderr)
 
 
 def cmd_get(conn, args):
@@ -148,13 +170,13 @@ def cmd_get(conn, args):
         return
     job = story["job"]
     if job is None:         # gone (cancelled): only its events are kept
-        print("%s  %s  (gone: only its events are kept)" % (args.id, story["timeline"][-1]["state"]))
+        say("%s  %s  (gone: only its events are kept)" % (args.id, story["timeline"][-1]["state"]))
     else:
-        print("%s  %s  queue %s" % (job["id"], job["state"], job["queue"]))
+        say("%s  %s  queue %s" % (job["id"], job["state"], job["queue"]))
         print_job(job, story["steps"])
-    print("timeline:")
+    say("timeline:")
     for e in story["timeline"]:
-        print(("  %s  %6d  %-9s  attempt %d  %s  %s" % (
+        say(("  %s  %6d  %-9s  attempt %d  %s  %s" % (
             when(e["at"], True), e["seq"], e["state"], e["attempt"], e["worker"] or "-",
             "" if e["state"] == "running" else oneline(e["detail"], 120))).rstrip())
 
@@ -168,14 +190,14 @@ def print_job(job, steps):
              ("settled", when(job["settled_at"], True))]
     for name, value in facts:
         if value is not None and value != "":
-            print("  %-12s %s" % (name, value))
+            say("  %-12s %s" % (name, value))
     for name in ("payload", "meta", "result", "error", "progress"):
         if job.get(name) is not None:
             value = job[name] if isinstance(job[name], str) else json.dumps(job[name])
-            print("  %-12s %s" % (name, oneline(value, 200)))
-    print("steps:" if steps else "steps: none kept")
+            say("  %-12s %s" % (name, oneline(value, 200)))
+    say("steps:" if steps else "steps: none kept")
     for step in steps:
-        print("  %s  attempt %d  %s  %s" % (when(step["created_at"], True), step["attempt"], step["name"],
+        say("  %s  attempt %d  %s  %s" % (when(step["created_at"], True), step["attempt"], step["name"],
                                            oneline(step["value"], 120)))
 
 
@@ -188,7 +210,7 @@ def cmd_schedules(conn, args):
             print(json.dumps(s))
         return
     if not found:
-        print("no schedules")
+        say("no schedules")
         return
     table(["name", "queue", "when", "tz", "next", "last job", "paused"],
           [(s["name"], s["queue"], s["when"], s["tz"], when(s["next_at"]), s["last_id"] or "",
@@ -212,7 +234,7 @@ def cmd_watch(conn, args):
                 if args.json:
                     print(json.dumps(dict(zip(cols.split(", "), event))), flush=True)
                 else:
-                    print(("%s  %6d  %s  %s  %-9s  attempt %d  %s" % (
+                    say(("%s  %6d  %s  %s  %-9s  attempt %d  %s" % (
                         when(at, with_ms=True), seq, queue, id, state, attempt,
                         oneline(detail))).rstrip(), flush=True)
                 since = seq
@@ -224,7 +246,7 @@ def cmd_watch(conn, args):
 def cmd_retry(conn, args):
     job = get_job(conn, args)
     if one(conn, "SELECT tq_retry(?)", args.id):
-        print("%s: waiting again, with a fresh attempt budget" % args.id)
+        say("%s: waiting again, with a fresh attempt budget" % args.id)
     else:
         raise Failure("job %r is %s, not failed: nothing to retry" % (args.id, job["state"]), 1)
 
@@ -232,7 +254,7 @@ def cmd_retry(conn, args):
 def cmd_cancel(conn, args):
     job = get_job(conn, args)
     if one(conn, "SELECT tq_cancel(?)", args.id):
-        print("%s: cancelled (it was %s)" % (args.id, job["state"]))
+        say("%s: cancelled (it was %s)" % (args.id, job["state"]))
     else:
         raise Failure("job %r is %s: only scheduled, waiting or running jobs can be cancelled"
                       % (args.id, job["state"]), 1)
@@ -242,7 +264,7 @@ def set_paused(paused):
     def cmd(conn, args):
         require_queue(conn, args)
         one(conn, "SELECT tq_queue(?, ?)", args.queue, json.dumps({"paused": paused}))
-        print("%s: %s" % (args.queue, "paused: its jobs are not claimed" if paused else
+        say("%s: %s" % (args.queue, "paused: its jobs are not claimed" if paused else
                           "resumed: its jobs are claimed again"))
     return cmd
 
@@ -250,7 +272,7 @@ def set_paused(paused):
 def cmd_sweep(conn, args):
     n = one(conn, "SELECT tq_sweep(?)", args.limit) if args.limit else \
         one(conn, "SELECT tq_sweep()")
-    print("rows removed: %d" % n)
+    say("rows removed: %d" % n)
 
 
 def cmd_dashboard(conn, args):
@@ -261,8 +283,15 @@ def cmd_dashboard(conn, args):
 
 # -- arguments ----------------------------------------------------------------------------
 
+class Parser(argparse.ArgumentParser):
+    """Its usage errors quote what was typed: shown with control characters escaped."""
+
+    def _print_message(self, message, file=None):
+        super()._print_message(printable(message, keep="\n"), file)
+
+
 def parser():
-    p = argparse.ArgumentParser(prog="tinyq", description="Look at a tinyq store and act on "
+    p = Parser(prog="tinyq", description="Look at a tinyq store and act on "
                                 "its jobs and queues.", epilog="Exit status: 0 done, 1 the "
                                 "action does not apply, 2 bad usage or not found.")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", required=True)
@@ -322,13 +351,13 @@ def main(argv=None):
         finally:
             conn.close()
     except Failure as err:
-        print("tinyq: %s" % err, file=sys.stderr)
+        say("tinyq: %s" % err, file=sys.stderr)
         return err.status
     except (sqlite3.Error, OSError) as err:
         if isinstance(err, BrokenPipeError):      # `tinyq jobs DB | head`
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
             return 0
-        print("tinyq: %s" % oneline(err), file=sys.stderr)
+        say("tinyq: %s" % oneline(err), file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         return 130
