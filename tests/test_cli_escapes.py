@@ -65,8 +65,7 @@ def test_errors_escape_control_characters_on_one_line(hostile, args):
     assert proc.returncode in (1, 2)
     assert proc.stdout == ""
     assert_escaped(proc.stderr)
-    if args[0] != "jobs":          # argparse: usage, then the error
-        assert proc.stderr.startswith("tinyq: ") and proc.stderr.count("\n") == 1, proc.stderr
+    assert proc.stderr.startswith("tinyq: ") and proc.stderr.count("\n") == 1, proc.stderr
 
 
 def test_actions_print_the_id_escaped(hostile):

@@ -12,8 +12,13 @@
     tinyq dashboard DB [--port N] [--host H]   a web page on http://127.0.0.1:8321/
 
 Exit status: 0 done; 1 the job exists but the action does not apply to it (retrying a job
-that has not failed) or SQLite failed (busy...); 2 bad usage, no such file, no tinyq store
-in it, unknown job id or queue. An error is one line on stderr.
+that has not failed) or SQLite failed (busy...); 2 bad usage (an argument tinyq refuses, such
+as an --after that is no job's id), no such file, no tinyq store in it, unknown job id or
+queue, a change asked of a read-only file. An error is one line on stderr; ids, queues and
+messages in human output show control characters as escapes (\x1b, \r, \u202e).
+
+A read-only file is opened read-only (mode=ro); if its directory is read-only too and it has
+no -wal file, as immutable (SQLite then reads the file alone, and does not see later changes).
 
 Nothing here creates a database file or a tinyq store, or changes the database's settings
 (the journal mode stays as the application set it).
@@ -27,7 +32,7 @@ import sys
 import time
 
 from . import views
-from .views import STATES, Failure, connect, one, rows
+from .views import SQLITE_READONLY, STATES, Failure, code, connect, one, refused, rows
 
 
 def get_job(conn, args):
@@ -37,11 +42,11 @@ def get_job(conn, args):
     return json.loads(text)
 
 
-def require_queue(conn, args):
+def require_queue(conn, args, shown=10):
     if one(conn, "SELECT 1 FROM tq_stats(?)", args.queue) is None:
-        names = [r[0] for r in conn.execute("SELECT queue FROM tq_stats")]
-        raise Failure("no queue %r in %s (queues: %s)"
-                      % (args.queue, args.db, ", ".join(names) or "none"))
+        names = [r[0] for r in conn.execute("SELECT queue FROM tq_stats LIMIT ?", (shown + 1,))]
+        listed = ", ".join(names[:shown]) + (", ..." if len(names) > shown else "")
+        raise Failure("no queue %r in %s (queues: %s)" % (args.queue, args.db, listed or "none"))
 
 
 # -- formatting ---------------------------------------------------------------------------
@@ -283,11 +288,28 @@ def cmd_dashboard(conn, args):
 
 # -- arguments ----------------------------------------------------------------------------
 
+def count(least):
+    """An argparse type: a whole number, `least` or more."""
+    def parse(text):
+        try:
+            n = int(text)
+        except ValueError:
+            n = None
+        if n is None or n < least:
+            raise argparse.ArgumentTypeError("%r is not a whole number of %d or more" % (text, least))
+        return n
+    return parse
+
+
 class Parser(argparse.ArgumentParser):
-    """Its usage errors quote what was typed: shown with control characters escaped."""
+    """Help with control characters escaped (it quotes what was typed); a usage error is one
+    line, as every error of this command."""
 
     def _print_message(self, message, file=None):
         super()._print_message(printable(message, keep="\n"), file)
+
+    def error(self, message):
+        self.exit(2, "tinyq: %s (%s -h shows the usage)\n" % (printable(message), self.prog))
 
 
 def parser():
@@ -313,7 +335,7 @@ def parser():
     c.add_argument("--prefix", help="only jobs whose id starts with this, in id order")
     c.add_argument("--after", metavar="ID", help="the next page: after this job (with --queue and "
                    "--state: in that list's order, see tq_jobs)")
-    c.add_argument("--limit", type=int, default=100, help="at most N jobs (default 100; 0: all)")
+    c.add_argument("--limit", type=count(0), default=100, help="at most N jobs (default 100; 0: all)")
     c.add_argument("--json", action="store_true", help="one JSON object per line, every column")
     c = command("get", cmd_get, "one job's story: its fields and values, steps and timeline")
     c.add_argument("id", metavar="ID")
@@ -335,7 +357,7 @@ def parser():
     c = command("resume", set_paused(False), "claim a paused queue's jobs again")
     c.add_argument("queue", metavar="QUEUE")
     c = command("sweep", cmd_sweep, "remove rows past their retention windows (tq_sweep)")
-    c.add_argument("--limit", type=int, help="at most N rows")
+    c.add_argument("--limit", type=count(1), help="at most N rows (1 or more)")
     c = command("dashboard", cmd_dashboard, "serve a live dashboard on 127.0.0.1")
     c.add_argument("--port", type=int, default=8321, help="default 8321; 0 picks a free one")
     c.add_argument("--host", default="127.0.0.1", help="default 127.0.0.1 (this machine only)")
@@ -357,8 +379,10 @@ def main(argv=None):
         if isinstance(err, BrokenPipeError):      # `tinyq jobs DB | head`
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
             return 0
-        say("tinyq: %s" % oneline(err), file=sys.stderr)
-        return 1
+        read_only = isinstance(err, sqlite3.Error) and code(err) == SQLITE_READONLY
+        say("tinyq: %s%s" % (oneline(err), " (%s is read-only)" % args.db if read_only else ""),
+            file=sys.stderr)
+        return 2 if read_only or isinstance(err, sqlite3.Error) and refused(err) else 1
     except KeyboardInterrupt:
         return 130
 

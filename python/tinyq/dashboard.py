@@ -271,10 +271,8 @@ def metrics_text(conn, stats, starts, failures, schedules, now):
 
 def sql_status(err):
     """503 when the store is busy (the page tries again); 400 for an argument tinyq refuses
-    (its message starts with the function's name: "tq_get: id must not be empty"); else 500."""
-    if getattr(err, "sqlite_errorcode", 0) & 0xff in (5, 6):    # SQLITE_BUSY, SQLITE_LOCKED
-        return 503
-    return 400 if str(err).startswith("tq_") else 500
+    ("tq_get: id must not be empty"); else 500."""
+    return 503 if views.busy(err) else 400 if views.refused(err) else 500
 
 
 def escape(value):
