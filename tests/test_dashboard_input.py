@@ -150,3 +150,10 @@ def test_the_page_shows_hostile_text_as_text_and_opens_a_typed_percent_id(server
     finally:
         browser.close()
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+@pytest.mark.parametrize("action", ["cancel", "retry"])
+@pytest.mark.parametrize("job_id", ["", "x" * 1001, "a\x00b"], ids=["empty", "too-long", "nul"])
+def test_an_action_on_a_bad_id_is_400_not_busy(server, action, job_id):
+    status, answer = post_json(server + "api/" + action, {"id": job_id})
+    assert status == 400 and answer["error"].startswith("tq_" + action), answer

@@ -17,7 +17,11 @@ through tinyq's own functions (tq_cancel, tq_retry, tq_queue).
     POST /api/schedule {"name": N, "paused": bool}     -> {"schedule": ...}
 
 Every request must name this server as its Host, and a browser's must come from its own
-page (Origin); POSTs take JSON only. It listens on 127.0.0.1 unless told otherwise.
+page (Origin); POSTs take JSON only (an object of at most 1 MB). It listens on 127.0.0.1
+unless told otherwise. Errors are {"error": message}: 400 for a bad request (an argument
+tinyq refuses, such as an empty or too long id), 404 for no such job, queue or schedule,
+413 for a body too large, 503 when the store is busy (try again), 500 for any other SQLite
+error. A client that leaves a request unfinished for 10 s is disconnected.
 """
 import contextlib
 import http.server
