@@ -1,17 +1,14 @@
 """The dashboard (python/tinyq/dashboard.py) against what it is sent, over real sockets to a
 real `tinyq dashboard` process: writes back exactly what is stored, and answers bad requests
 with 400/404/413 instead of a dropped connection, a wrong "busy" or a thread stuck for ever."""
-import os
-import shutil
 import signal
 import socket
 import subprocess
-import tempfile
 
 import pytest
 
 from helpers import claim, one
-from test_dashboard import CHROMEDRIVER, CHROMIUM, ENV, PY, Browser, http, post_json
+from test_dashboard import ENV, PY, browser, http, needs_chromium, post_json  # noqa: F401 (fixture)
 
 
 @pytest.fixture
@@ -128,28 +125,21 @@ def test_a_client_that_sends_half_a_request_does_not_keep_a_thread(server):
 HOSTILE = '<img src=x onerror="document.title=1">\x1b]0;owned\x07\u202eevil'
 
 
-@pytest.mark.skipif(not (os.path.exists(CHROMIUM) and os.path.exists(CHROMEDRIVER)),
-                    reason="needs chromium and chromium-driver (apt-get install chromium chromium-driver)")
-def test_the_page_shows_hostile_text_as_text_and_opens_a_typed_percent_id(server, db):
+@needs_chromium
+def test_the_page_shows_hostile_text_as_text_and_opens_a_typed_percent_id(server, db, browser):
     one(db, "SELECT tq_add('emails', '{}', json_object('id', ?, 'attempts', 1))", HOSTILE)
     one(db, "SELECT tq_add('emails', '{}', '{\"id\": \"100%\"}')")
     claim(db, "emails", "w1", 3)
     one(db, "SELECT tq_settle(?, 1, 'error', '<b>bold</b> reply')", HOSTILE)
-    workdir = tempfile.mkdtemp(prefix="tinyq-chromium-")
-    browser = Browser(workdir)
-    try:
-        browser.go(server)
-        browser.wait_for("the failed job", lambda: "<b>bold</b> reply" in browser.text("failed"))
-        assert "<img src=x" in browser.text("failed")
-        assert browser.js("return document.querySelectorAll('#failed img, #failed b').length") == 0
-        assert browser.js("return document.title") != "1"
-        # A hand-typed address that is not valid percent-encoding still opens the job.
-        browser.go(server + "job/100%")
-        browser.wait_for("job 100%", lambda: browser.text("job-state") == "running")
-        assert browser.text("job-id") == "100%"
-    finally:
-        browser.close()
-        shutil.rmtree(workdir, ignore_errors=True)
+    browser.go(server)
+    browser.wait_for("the failed job", lambda: "<b>bold</b> reply" in browser.text("failed"))
+    assert "<img src=x" in browser.text("failed")
+    assert browser.js("return document.querySelectorAll('#failed img, #failed b').length") == 0
+    assert browser.js("return document.title") != "1"
+    # A hand-typed address that is not valid percent-encoding still opens the job.
+    browser.go(server + "job/100%")
+    browser.wait_for("job 100%", lambda: browser.text("job-state") == "running")
+    assert browser.text("job-id") == "100%"
 
 
 @pytest.mark.parametrize("action", ["cancel", "retry"])
