@@ -28,13 +28,18 @@ def test_after_an_unknown_id_is_exit_2(store, args):
     assert_error(tinyq("jobs", store, *args), 2, "tq_jobs", "'nope'")
 
 
-@pytest.mark.parametrize("args", [["jobs", "--limit", "-1"], ["jobs", "--limit", "x"], ["sweep", "--limit", "0"],
-                                  ["sweep", "--limit", "-5"]],
-                         ids=["jobs-negative", "jobs-not-a-number", "sweep-zero", "sweep-negative"])
+BIG = str(10**23)
+
+
+@pytest.mark.parametrize("args", [["jobs", "--limit", "-1"], ["jobs", "--limit", "x"], ["jobs", "--limit", BIG],
+                                  ["sweep", "--limit", "0"], ["sweep", "--limit", "-5"], ["sweep", "--limit", BIG],
+                                  ["watch", "-n", BIG], ["watch", "-n", "-1"], ["watch", "--since", BIG]],
+                         ids=["jobs-negative", "jobs-not-a-number", "jobs-10^23", "sweep-zero", "sweep-negative",
+                              "sweep-10^23", "watch-n-10^23", "watch-n-negative", "watch-since-10^23"])
 def test_a_limit_out_of_range_is_exit_2_and_sweeps_nothing(store, db, args):
     one(db, "SELECT tq_settle(id, attempt, 'done') FROM tq_claim('emails', 'w', 1)")
     one(db, "SELECT tq_clock('2100-01-01T00:00:00Z')")      # past every retention window
-    assert_error(tinyq(args[0], store, *args[1:]), 2, "--limit", repr(args[-1]))
+    assert_error(tinyq(args[0], store, *args[1:]), 2, args[-2], repr(args[-1]))
     assert one(db, "SELECT count(*) FROM tq_jobs") == 2
 
 

@@ -228,7 +228,7 @@ def cmd_watch(conn, args):
     else:   # start before the last n events
         where, params = (" WHERE of_queue = ?", [args.queue]) if args.queue else ("", [])
         since = one(conn, "SELECT seq FROM tq_watch%s ORDER BY seq DESC LIMIT 1 OFFSET ?"
-                    % where, *params, max(args.n, 0)) or 0
+                    % where, *params, args.n) or 0
     cols = "seq, id, queue, state, attempt, at, detail"
     sql = "SELECT %s FROM tq_watch(?, ?)" % cols if args.queue else \
         "SELECT %s FROM tq_watch(?)" % cols
@@ -288,15 +288,15 @@ def cmd_dashboard(conn, args):
 
 # -- arguments ----------------------------------------------------------------------------
 
-def count(least):
-    """An argparse type: a whole number, `least` or more."""
+def count(least, most=2**63 - 1):
+    """An argparse type: a whole number from `least` to `most` (what SQLite's integers hold)."""
     def parse(text):
         try:
             n = int(text)
         except ValueError:
             n = None
-        if n is None or n < least:
-            raise argparse.ArgumentTypeError("%r is not a whole number of %d or more" % (text, least))
+        if n is None or not least <= n <= most:
+            raise argparse.ArgumentTypeError("%r is not a whole number from %d to %d" % (text, least, most))
         return n
     return parse
 
@@ -345,8 +345,8 @@ def parser():
     c = command("watch", cmd_watch, "print state changes as they happen (Ctrl-C stops)")
     c.add_argument("--queue", help="only this queue")
     c.add_argument("--json", action="store_true", help="one JSON object per line")
-    c.add_argument("-n", type=int, default=10, help="start with the last N events (default 10)")
-    c.add_argument("--since", type=int, metavar="SEQ", help="start after this seq instead")
+    c.add_argument("-n", type=count(0), default=10, help="start with the last N events (default 10)")
+    c.add_argument("--since", type=count(0), metavar="SEQ", help="start after this seq instead")
     c.add_argument("--interval", type=float, default=0.2, help=argparse.SUPPRESS)
     c = command("retry", cmd_retry, "a failed job waits again, with a fresh attempt budget")
     c.add_argument("id", metavar="ID")
