@@ -82,7 +82,7 @@ test-node: $(EXT) node/node_modules
 	cd node && node --test test/
 
 # The same Node tests on node:sqlite (a Node 24 from npm) and on Bun's bun:sqlite and node:sqlite
-# (Bun from npm), installed once under target/drivers/npm. About a minute, the three at once.
+# (Bun from npm), installed once under target/drivers/npm. About 2.5 minutes, one after another.
 test-node-drivers: $(EXT) node/node_modules
 	bash tests/drivers/node_helper_suite.sh
 
