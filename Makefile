@@ -4,7 +4,7 @@ PY ?= /usr/bin/python3
 CARGO ?= cargo
 EXT := dist/tinyq.so
 
-.PHONY: all loadable deps demo test test-rust test-python test-python-current test-node test-drivers test-cluster soak bench bench-quick screenshots clean \
+.PHONY: all loadable deps demo test test-rust test-python test-python-current test-node test-node-drivers test-drivers test-cluster soak bench bench-quick screenshots clean \
 	install uninstall wheel npm-pack test-npm-package
 
 all: loadable
@@ -55,7 +55,7 @@ fuzz: $(EXT)
 demo: $(EXT)
 	$(PY) examples/demo.py
 
-test: $(EXT) test-rust test-python test-node test-drivers test-cluster test-python-current
+test: $(EXT) test-rust test-python test-node test-node-drivers test-drivers test-cluster test-python-current
 
 test-rust: deps
 	$(CARGO) test --release --lib
@@ -80,6 +80,11 @@ node/node_modules: node/package.json
 
 test-node: $(EXT) node/node_modules
 	cd node && node --test test/
+
+# The same Node tests on node:sqlite (a Node 24 from npm) and on Bun's bun:sqlite and node:sqlite
+# (Bun from npm), installed once under target/drivers/npm. About 2.5 minutes, one after another.
+test-node-drivers: $(EXT) node/node_modules
+	bash tests/drivers/node_helper_suite.sh
 
 # One scenario (tests/drivers/scenario.json) through every driver of docs/drivers.md, and PHP's
 # query() trap pinned; installs what is missing (Debian, Bun/Deno from npm, rusqlite from

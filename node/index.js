@@ -12,27 +12,30 @@
  *     return { sent: true };
  *   }, { concurrency: 4, handleSignals: true });   // until replies.stop(), SIGTERM or SIGINT
  *
- * Everything goes through tinyq's SQL functions over better-sqlite3, which is synchronous:
- * each call is short, and the handlers, lease renewals and the claim loop share the event
+ * Everything goes through tinyq's SQL functions over a synchronous driver (better-sqlite3,
+ * node:sqlite or bun:sqlite, see drivers.js): each call is short, and the handlers, lease renewals and the claim loop share the event
  * loop. A handler that computes for a long time without awaiting delays its own renewals.
  */
-const { encode, extensionPath, load, one, open, options, rows } = require('./sql.js');
+const { close, encode, extensionPath, load, one, open, options, rows } = require('./sql.js');
+const { adapterOf } = require('./drivers.js');
 const { Cancelled, Outcome, Run } = require('./run.js');
 const { workLoop } = require('./worker.js');
 
 // -- the queue -------------------------------------------------------------------------
 
 /** One named queue in one SQLite file. `dbOrPath` is a path (the Queue opens its own
- * Database) or a better-sqlite3 Database of yours with tinyq loaded. Every method but
- * work() runs on that Database, in whatever transaction it is in: none begins or commits. */
+ * Database, with `opts.driver` or the default driver) or a Database of yours with tinyq loaded:
+ * better-sqlite3, node:sqlite's DatabaseSync or bun:sqlite's. Every method but work() runs on
+ * that Database, in whatever transaction it is in: none begins or commits. */
 class Queue {
-  constructor(dbOrPath, name) {
+  constructor(dbOrPath, name, opts = {}) {
     if (typeof dbOrPath === 'string') {
       this.path = dbOrPath;
-      this.db = open(dbOrPath);
+      this.db = open(dbOrPath, { driver: opts.driver });
       this._ownsDb = true;
     } else {
       this.path = null;
+      adapterOf(dbOrPath); // an error now for what is not a Database
       this.db = dbOrPath;
       this._ownsDb = false;
     }
@@ -136,7 +139,7 @@ class Queue {
   }
 
   close() {
-    if (this._ownsDb) this.db.close();
+    if (this._ownsDb) close(this.db);
   }
 }
 
