@@ -1,5 +1,6 @@
-//! Waiting for work (tq_wait) without holding a lock: poll PRAGMA data_version, which
-//! changes when another connection commits, and wake when a job's time comes.
+//! Waiting for work (tq_wait) without holding a lock: look at PRAGMA data_version, which
+//! changes when another connection commits, each time the store's files are written (or
+//! every few ms where they cannot be watched), and wake when a job's time comes.
 
 use std::time::Duration;
 
@@ -10,16 +11,21 @@ use crate::settings;
 use crate::sqlite::Conn;
 use crate::sqlite::Error;
 use crate::sqlite::{Out, Result, Val};
+use crate::wake::Watch;
 use crate::{options, store, time};
 
 /// The longest a single tq_wait may block.
 const MAX_WAIT_MS: i64 = 3_600_000;
-/// How often a waiter looks for another connection's commit: often at first (a worker
-/// that just found the queue empty is likely to get work soon), then less, since each
-/// wake-up costs CPU. Median wake-up delay stays well under the 5 ms target either way.
+/// How often a waiter that cannot watch the store's files (see wake.rs) looks for another
+/// connection's commit: often at first (a worker that just found the queue empty is likely
+/// to get work soon), then less, since each wake-up costs CPU.
 fn poll_interval(waited_ms: i64) -> Duration {
     Duration::from_millis(if waited_ms < 100 { 1 } else { 3 })
 }
+/// After a write to the store's files, how long a watching waiter looks every ms for the
+/// commit: a commit writes the -wal, then publishes itself in the -shm, which is shared
+/// memory and makes no event.
+const SETTLE_MS: i64 = 100;
 
 /// Could a claim on `queue` take a job now? (Read-only: the same plan a claim makes.)
 fn claimable(conn: &Conn, queue: &str, now: i64) -> Result<bool> {
@@ -92,6 +98,9 @@ pub fn tq_wait(conn: &Conn, args: &[Val]) -> Result<Out> {
             }
         }
     }
+    let mut watch = Watch::arm(conn);
+    // Files written just now: maybe by a commit not yet published when `seen` was read.
+    let mut settle_until = watch.as_ref().map_or(0, |w| w.written_at + SETTLE_MS);
     loop {
         let wall = time::system_ms();
         if version(conn)? != seen {
@@ -100,6 +109,16 @@ pub fn tq_wait(conn: &Conn, args: &[Val]) -> Result<Out> {
         if wall >= wake_at {
             return Ok(Out::Int(i64::from(wall < start + timeout)));
         }
-        std::thread::sleep(poll_interval(wall - start).min(Duration::from_millis((wake_at - wall) as u64)));
+        match watch.as_mut() {
+            Some(w) if wall >= settle_until => {
+                if w.sleep(wake_at) {
+                    settle_until = time::system_ms() + SETTLE_MS;
+                }
+            }
+            _ => {
+                let every = if watch.is_some() { Duration::from_millis(1) } else { poll_interval(wall - start) };
+                std::thread::sleep(every.min(Duration::from_millis((wake_at - wall) as u64)));
+            }
+        }
     }
 }

@@ -1,0 +1,126 @@
+//! tq_wait's sleep between looks at the store: blocked on the kernel's file-change events
+//! (inotify) until another process writes the store's files, instead of waking every few ms.
+//!
+//! One inotify instance serves every waiter of the process (the kernel allows a user 128):
+//! one waiter at a time blocks on it and, when it reads events, wakes the others, who each
+//! look at their own store. A process that forked gets its own instance (a shared one would
+//! give each event to one of the two). Where there is none, a watch cannot be added, or
+//! the store is on a network filesystem (another machine's writes make no event here),
+//! `Watch::arm` gives None and tq_wait polls as before.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Condvar, Mutex, PoisonError};
+
+use crate::sqlite::{local_file, Conn, Inotify, Val};
+use crate::time;
+
+/// The process's instance and the waiters' turn at reading it.
+struct Shared {
+    pid: u32,
+    inotify: Inotify,
+    turn: Mutex<Turn>,
+    woke: Condvar,
+}
+
+#[derive(Default)]
+struct Turn {
+    /// One waiter is blocked on the fd.
+    reading: bool,
+    /// Counts the reads that found events: a waiter that saw it move wakes.
+    events: u64,
+}
+
+static SHARED: Mutex<Option<Arc<Shared>>> = Mutex::new(None);
+
+/// This process's instance, made on first use (and again after a fork, or after the kernel
+/// refused one): None when the kernel refuses it.
+fn shared() -> Option<Arc<Shared>> {
+    let mut slot = SHARED.lock().unwrap_or_else(PoisonError::into_inner);
+    let pid = std::process::id();
+    if slot.as_ref().is_none_or(|s| s.pid != pid) {
+        *slot = Inotify::new().map(|inotify| Arc::new(Shared { pid, inotify, turn: Mutex::default(), woke: Condvar::new() }));
+    }
+    slot.clone()
+}
+
+/// The files a write to the store touches: the database, and its -wal in WAL mode. None for
+/// a store that is not a plain file (in memory, another VFS).
+fn store_files(conn: &Conn) -> Option<(PathBuf, PathBuf)> {
+    if !conn.vfs_name().is_some_and(|v| v.starts_with("unix")) {
+        return None;
+    }
+    match conn.one("SELECT file FROM pragma_database_list WHERE name = 'main'", &[]) {
+        Ok(Some(Val::Text(file))) if !file.is_empty() => Some((PathBuf::from(&file), PathBuf::from(file + "-wal"))),
+        _ => None,
+    }
+}
+
+/// A waiter's watch on its store's files.
+pub struct Watch {
+    shared: Arc<Shared>,
+    seen: u64,
+    /// When the watched files were last written (system ms): a commit whose writes came
+    /// just before the watch may publish itself after the waiter's last look.
+    pub written_at: i64,
+}
+
+/// When `path` was last written, in system ms (0 when it cannot be told).
+fn modified_ms(path: &Path) -> i64 {
+    std::fs::metadata(path)
+        .and_then(|m| m.modified())
+        .ok()
+        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+impl Watch {
+    /// Watches the store's files, or None (then poll). Arm it before the last look at the
+    /// store, so a write after that look is an event.
+    pub fn arm(conn: &Conn) -> Option<Self> {
+        let (db, wal) = store_files(conn)?;
+        if !local_file(&db) {
+            return None; // other machines' writes make no event here
+        }
+        let shared = shared()?;
+        if !shared.inotify.watch(&db) {
+            return None;
+        }
+        // Rollback-journal mode writes the database itself; WAL mode writes the -wal first.
+        if !shared.inotify.watch(&wal) && !matches!(conn.one("PRAGMA journal_mode", &[]), Ok(Some(Val::Text(m))) if m != "wal") {
+            return None; // WAL mode (or unknown) without a -wal to watch
+        }
+        let seen = shared.turn.lock().unwrap_or_else(PoisonError::into_inner).events;
+        Some(Self { shared, seen, written_at: modified_ms(&db).max(modified_ms(&wal)) })
+    }
+
+    /// Sleeps until a file of some waiter's store was written (true) or `until` (system ms).
+    pub fn sleep(&mut self, until: i64) -> bool {
+        let s = &*self.shared;
+        let mut turn = s.turn.lock().unwrap_or_else(PoisonError::into_inner);
+        loop {
+            if turn.events != self.seen {
+                self.seen = turn.events;
+                return true;
+            }
+            let left = until - time::system_ms();
+            if left <= 0 {
+                return false;
+            }
+            if turn.reading {
+                turn = s.woke.wait_timeout(turn, std::time::Duration::from_millis(left as u64)).unwrap_or_else(PoisonError::into_inner).0;
+                continue;
+            }
+            turn.reading = true;
+            drop(turn);
+            let got = s.inotify.wait(left);
+            turn = s.turn.lock().unwrap_or_else(PoisonError::into_inner);
+            turn.reading = false;
+            if got {
+                turn.events += 1;
+                s.woke.notify_all();
+            } else {
+                s.woke.notify_one(); // someone else's turn to read
+            }
+        }
+    }
+}
