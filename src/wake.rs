@@ -11,7 +11,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
 
-use crate::sqlite::{local_file, Conn, Inotify, Val};
+use crate::sqlite::{local_file, Conn, Inotify};
 use crate::time;
 
 /// The process's instance and the waiters' turn at reading it.
@@ -45,14 +45,12 @@ fn shared() -> Option<Arc<Shared>> {
 
 /// The files a write to the store touches: the database, and its -wal in WAL mode. None for
 /// a store that is not a plain file (in memory, another VFS).
-fn store_files(conn: &Conn) -> Option<(PathBuf, PathBuf)> {
+fn store_files(conn: &Conn) -> Option<[PathBuf; 2]> {
     if !conn.vfs_name().is_some_and(|v| v.starts_with("unix")) {
         return None;
     }
-    match conn.one("SELECT file FROM pragma_database_list WHERE name = 'main'", &[]) {
-        Ok(Some(Val::Text(file))) if !file.is_empty() => Some((PathBuf::from(&file), PathBuf::from(file + "-wal"))),
-        _ => None,
-    }
+    let db = conn.file_name()?;
+    Some([PathBuf::from(&db), PathBuf::from(db + "-wal")])
 }
 
 /// A waiter's watch on its store's files.
@@ -62,6 +60,7 @@ pub struct Watch {
     /// When the watched files were last written (system ms): a commit whose writes came
     /// just before the watch may publish itself after the waiter's last look.
     pub written_at: i64,
+    files: [PathBuf; 2],
 }
 
 /// When `path` was last written, in system ms (0 when it cannot be told).
@@ -77,20 +76,24 @@ impl Watch {
     /// Watches the store's files, or None (then poll). Arm it before the last look at the
     /// store, so a write after that look is an event.
     pub fn arm(conn: &Conn) -> Option<Self> {
-        let (db, wal) = store_files(conn)?;
-        if !local_file(&db) {
+        let files = store_files(conn)?;
+        if !local_file(&files[0]) {
             return None; // other machines' writes make no event here
         }
         let shared = shared()?;
-        if !shared.inotify.watch(&db) {
-            return None;
-        }
-        // Rollback-journal mode writes the database itself; WAL mode writes the -wal first.
-        if !shared.inotify.watch(&wal) && !matches!(conn.one("PRAGMA journal_mode", &[]), Ok(Some(Val::Text(m))) if m != "wal") {
-            return None; // WAL mode (or unknown) without a -wal to watch
-        }
         let seen = shared.turn.lock().unwrap_or_else(PoisonError::into_inner).events;
-        Some(Self { shared, seen, written_at: modified_ms(&db).max(modified_ms(&wal)) })
+        let watch = Self { shared, seen, written_at: files.iter().map(|f| modified_ms(f)).max().unwrap_or(0), files };
+        watch.watch_files().then_some(watch)
+    }
+
+    /// (Again) watches the database, and the -wal if there is one: rollback-journal mode
+    /// writes the database itself, and a store that turns to WAL mode writes its header
+    /// first. A file replaced since is watched anew. False if the database cannot be.
+    fn watch_files(&self) -> bool {
+        let [db, wal] = &self.files;
+        let watched = self.shared.inotify.watch(db);
+        self.shared.inotify.watch(wal);
+        watched
     }
 
     /// Sleeps until a file of some waiter's store was written (true) or `until` (system ms).
@@ -100,6 +103,8 @@ impl Watch {
         loop {
             if turn.events != self.seen {
                 self.seen = turn.events;
+                drop(turn);
+                self.watch_files();
                 return true;
             }
             let left = until - time::system_ms();
