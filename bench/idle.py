@@ -47,7 +47,9 @@ def log(msg, started=[time.monotonic()]):
 
 def build_before(rev):
     """dist/tinyq.so as of `rev`, built in bench/work/ (its own target dir)."""
-    src = os.path.join(WORK, "ext-before-" + rev)
+    commit = subprocess.run(["git", "rev-parse", "--short", rev], cwd=ROOT, check=True,
+                            capture_output=True, text=True).stdout.strip()
+    src = os.path.join(WORK, "ext-before-" + commit)
     so = os.path.join(src, "tinyq.so")
     if not os.path.exists(so):
         log("building the extension of %s" % rev)
