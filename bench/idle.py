@@ -5,14 +5,14 @@ calls in one process (Python threads `Queue.work`, asyncio `AsyncQueue.work`, No
 
     /usr/bin/python3 bench/idle.py                   # full run (about four minutes)
     /usr/bin/python3 bench/idle.py --quick
-    /usr/bin/python3 bench/idle.py --before main     # also the extension as of that commit
+    /usr/bin/python3 bench/idle.py --before main     # also the extension and helpers of that commit
 
 CPU: the worker process's CPU time (all its threads, getrusage / process.cpuUsage) over
 a fixed window once every work() is idle, as a share of one core. Latency: from just
 before an add by another process (this script) to the handler's start, over adds spread
 at random over the queues, 20-40 ms apart; median and p99. `--before REV` builds the
-extension of that commit (git archive, cargo, under bench/work/) and measures it in the
-same run with today's helpers, so the change in the figures is the extension's.
+extension of that commit (git archive, cargo, under bench/work/) and measures it, with
+the helpers of that commit, in the same run.
 Results: bench/results/idle.md.
 """
 import argparse
@@ -46,21 +46,22 @@ def log(msg, started=[time.monotonic()]):
 
 
 def build_before(rev):
-    """dist/tinyq.so as of `rev`, built in bench/work/ (its own target dir)."""
+    """The extension and helpers as of `rev`: its sources (git archive) built in
+    bench/work/before-ext-COMMIT/ (a target dir of their own)."""
     commit = subprocess.run(["git", "rev-parse", "--short", rev], cwd=ROOT, check=True,
                             capture_output=True, text=True).stdout.strip()
-    src = os.path.join(WORK, "ext-before-" + commit)
+    src = os.path.join(WORK, "before-ext-" + commit)
     so = os.path.join(src, "tinyq.so")
     if not os.path.exists(so):
         log("building the extension of %s" % rev)
         os.makedirs(src, exist_ok=True)
-        archive = subprocess.run(["git", "archive", rev, "src", "sql", "Cargo.toml", "Cargo.lock", "build.rs"],
-                                 cwd=ROOT, check=True, capture_output=True).stdout
+        archive = subprocess.run(["git", "archive", rev, "src", "sql", "Cargo.toml", "Cargo.lock", "build.rs",
+                                  "python/tinyq", ":(glob)node/*.js"], cwd=ROOT, check=True, capture_output=True).stdout
         subprocess.run(["tar", "-x", "-C", src], input=archive, check=True)
         target = os.path.join(WORK, "target-before")
         subprocess.run(["nice", "cargo", "build", "--release", "--lib", "--target-dir", target], cwd=src, check=True)
         shutil.copy(os.path.join(target, "release", "libtinyq.so"), so)
-    return so
+    return dict(ext=so, python=os.path.join(src, "python"), node=os.path.join(src, "node"))
 
 
 # --------------------------------------------------------------------------- the worker process
@@ -68,7 +69,7 @@ def build_before(rev):
 def child(spec):
     """Starts spec.n idle work() calls, prints the CPU line, then one line with the
     latencies once spec.adds jobs have started."""
-    sys.path.insert(0, os.path.join(ROOT, "python"))
+    sys.path.insert(0, spec["python"])
     import resource
     import threading
     import tinyq
@@ -124,19 +125,21 @@ def child(spec):
 
 # --------------------------------------------------------------------------- one measurement
 
-def measure(ext, kind, n, sizes):
-    """(CPU share of one core, latencies in ms) for n idle work() calls of `kind`."""
+def measure(build, kind, n, sizes):
+    """(CPU share of one core, latencies in ms) for n idle work() calls of `kind` with
+    `build`'s extension and helpers."""
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "idle.db")
         private = os.path.join(tmp, "tinyq.so")   # a rebuild during the run changes nothing
-        shutil.copy(ext, private)
+        shutil.copy(build["ext"], private)
         conn = sqlite3.connect(path, isolation_level=None)
         conn.enable_load_extension(True)
         conn.load_extension(private[:-3])
         conn.execute("PRAGMA journal_mode=WAL")
         conn.execute("PRAGMA busy_timeout=5000")
         conn.execute("SELECT tq_add('other', '{}')")   # the store exists before the workers start
-        spec = dict(kind=kind, n=n, path=path, window=sizes["window"], adds=sizes["adds"])
+        spec = dict(kind=kind, n=n, path=path, window=sizes["window"], adds=sizes["adds"],
+                    python=build["python"], node=build["node"])
         env = dict(os.environ, TINYQ_EXT=private[:-3])
         if kind == "node":
             cmd = ["node", os.path.join(BENCH, "idle_node.js"), json.dumps(spec)]
@@ -164,29 +167,30 @@ def p99(xs):
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--before", help="also measure the extension as of this commit")
+    parser.add_argument("--before", help="also measure the extension and helpers of this commit")
     parser.add_argument("--out", default=os.path.join(RESULTS, "idle.md"))
     parser.add_argument("--child")
     args = parser.parse_args()
     if args.child:
         return child(json.loads(args.child))
     sizes = SIZES["quick" if args.quick else "full"]
-    builds = [("now", os.path.join(ROOT, "dist", "tinyq.so"))]
+    builds = [("now", dict(ext=os.path.join(ROOT, "dist", "tinyq.so"), python=os.path.join(ROOT, "python"),
+                           node=os.path.join(ROOT, "node")))]
     if args.before:
         builds.insert(0, ("%s (before)" % args.before, build_before(args.before)))
     rows = []
     for kind in KINDS:
         for n in sizes["counts"]:
-            for name, ext in builds:
-                log("%s, %d idle queues, extension %s" % (kind, n, name))
-                cpu, lat = measure(ext, kind, n, sizes)
+            for name, build in builds:
+                log("%s, %d idle queues, %s" % (kind, n, name))
+                cpu, lat = measure(build, kind, n, sizes)
                 rows.append((kind, n, name, cpu, statistics.median(lat), p99(lat)))
     lines = ["# Idle workers: CPU and wake-up latency", "",
              "`/usr/bin/python3 bench/idle.py%s%s` on %s, %d cores, %s. CPU over %.0f s once idle; latency over %d adds "
              "from another process (add to handler start)." % (
                  " --quick" if args.quick else "", " --before " + args.before if args.before else "",
                  platform.platform(), os.cpu_count(), time.strftime("%Y-%m-%d"), sizes["window"], sizes["adds"]),
-             "", "| helper | idle queues | extension | CPU (% of a core) | latency median (ms) | p99 (ms) |",
+             "", "| helper | idle queues | build | CPU (% of a core) | latency median (ms) | p99 (ms) |",
              "|---|---:|---|---:|---:|---:|"]
     lines += ["| %s | %d | %s | %.1f | %.2f | %.2f |" % (k, n, name, 100 * cpu, med, p) for k, n, name, cpu, med, p in rows]
     text = "\n".join(lines) + "\n"

@@ -2,10 +2,8 @@
 // The Node worker process of bench/idle.py: `node bench/idle_node.js '<json spec>'` starts
 // spec.n idle work() calls (queues q0..), prints {"cpu": share of a core} over spec.window
 // seconds once idle, then {"lat": [ms, ...]} once spec.adds jobs have started.
-const path = require('path');
-const tinyq = require(path.join(__dirname, '..', 'node'));
-
 const spec = JSON.parse(process.argv[2]);
+const tinyq = require(spec.node); // today's helpers, or those of bench/idle.py --before
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 const cpu = () => { const u = process.cpuUsage(); return (u.user + u.system) / 1e6; };
 
