@@ -114,6 +114,7 @@ pub fn tq_wait(conn: &Conn, args: &[Val]) -> Result<Out> {
             // Another connection committed: wake if that made a job of this queue claimable,
             // not for every commit (every waiter of the store would then try a claim).
             seen = now_seen;
+            settle_until = 0; // the commit the event was for is published
             match look(conn, &queue, end)? {
                 Some(at) => wake_at = at,
                 None => return Ok(Out::Int(1)),

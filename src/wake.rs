@@ -2,13 +2,14 @@
 //! (inotify) until another process writes the store's files, instead of waking every few ms.
 //!
 //! One inotify instance serves every waiter of the process (the kernel allows a user 128):
-//! one waiter at a time blocks on it and, when it reads events, wakes the others, who each
-//! look at their own store. A process that forked gets its own instance (a shared one would
+//! one waiter at a time blocks on it and, when it reads events, wakes the others; those
+//! whose store's files were written look at it, the others sleep on. A process that forked gets its own instance (a shared one would
 //! give each event to one of the two). Where there is none, a watch cannot be added, or
 //! the store is on a network filesystem (another machine's writes make no event here),
 //! `Watch::arm` gives None and tq_wait polls as before.
 
 use std::path::{Path, PathBuf};
+use std::collections::HashMap;
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
 
 use crate::sqlite::{local_file, Conn, Inotify};
@@ -26,8 +27,11 @@ struct Shared {
 struct Turn {
     /// One waiter is blocked on the fd.
     reading: bool,
-    /// Counts the reads that found events: a waiter that saw it move wakes.
-    events: u64,
+    /// Counts the reads that found events.
+    reads: u64,
+    /// Per watch, the read that last found an event for it: a waiter whose watch fired
+    /// since it last looked wakes, the others sleep on.
+    fired: HashMap<i32, u64>,
 }
 
 static SHARED: Mutex<Option<Arc<Shared>>> = Mutex::new(None);
@@ -56,7 +60,10 @@ fn store_files(conn: &Conn) -> Option<[PathBuf; 2]> {
 /// A waiter's watch on its store's files.
 pub struct Watch {
     shared: Arc<Shared>,
+    /// `reads` when this waiter last looked.
     seen: u64,
+    /// The watches of `files` (None: not watched, a missing -wal).
+    wds: [Option<i32>; 2],
     /// When the watched files were last written (system ms): a commit whose writes came
     /// just before the watch may publish itself after the waiter's last look.
     pub written_at: i64,
@@ -81,31 +88,35 @@ impl Watch {
             return None; // other machines' writes make no event here
         }
         let shared = shared()?;
-        let seen = shared.turn.lock().unwrap_or_else(PoisonError::into_inner).events;
-        let watch = Self { shared, seen, written_at: files.iter().map(|f| modified_ms(f)).max().unwrap_or(0), files };
+        let seen = shared.turn.lock().unwrap_or_else(PoisonError::into_inner).reads;
+        let written_at = files.iter().map(|f| modified_ms(f)).max().unwrap_or(0);
+        let mut watch = Self { shared, seen, wds: [None; 2], written_at, files };
         watch.watch_files().then_some(watch)
     }
 
     /// (Again) watches the database, and the -wal if there is one: rollback-journal mode
     /// writes the database itself, and a store that turns to WAL mode writes its header
     /// first. A file replaced since is watched anew. False if the database cannot be.
-    fn watch_files(&self) -> bool {
-        let [db, wal] = &self.files;
-        let watched = self.shared.inotify.watch(db);
-        self.shared.inotify.watch(wal);
-        watched
+    fn watch_files(&mut self) -> bool {
+        self.wds = self.files.each_ref().map(|f| self.shared.inotify.watch(f));
+        self.wds[0].is_some()
     }
 
-    /// Sleeps until a file of some waiter's store was written (true) or `until` (system ms).
+    /// Sleeps until a file of this waiter's store was written (true) or `until` (system ms).
     pub fn sleep(&mut self, until: i64) -> bool {
         let s = &*self.shared;
         let mut turn = s.turn.lock().unwrap_or_else(PoisonError::into_inner);
         loop {
-            if turn.events != self.seen {
-                self.seen = turn.events;
-                drop(turn);
-                self.watch_files();
-                return true;
+            if turn.reads != self.seen {
+                // -1: the kernel's queue overflowed, any file may have been written.
+                let since = |wd: &i32| turn.fired.get(wd).is_some_and(|&read| read > self.seen);
+                let mine = self.wds.iter().flatten().chain([&-1]).any(since);
+                self.seen = turn.reads;
+                if mine {
+                    drop(turn);
+                    self.watch_files();
+                    return true;
+                }
             }
             let left = until - time::system_ms();
             if left <= 0 {
@@ -117,11 +128,13 @@ impl Watch {
             }
             turn.reading = true;
             drop(turn);
-            let got = s.inotify.wait(left);
+            let fired = s.inotify.wait(left);
             turn = s.turn.lock().unwrap_or_else(PoisonError::into_inner);
             turn.reading = false;
-            if got {
-                turn.events += 1;
+            if !fired.is_empty() {
+                turn.reads += 1;
+                let read = turn.reads;
+                turn.fired.extend(fired.into_iter().map(|wd| (wd, read)));
                 s.woke.notify_all();
             } else {
                 s.woke.notify_one(); // someone else's turn to read

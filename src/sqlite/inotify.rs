@@ -20,37 +20,48 @@ impl Inotify {
         (fd >= 0).then_some(Self { fd })
     }
 
-    /// Watches `path` for writes, and for its removal or replacement (a write to the old
-    /// file would no longer be the store's): false when the watch cannot be added.
-    pub fn watch(&self, path: &Path) -> bool {
+    /// Watches `path` for writes, and for its removal or move: the watch's number, None
+    /// when it cannot be added. Not for IN_ATTRIB: SQLite running as root chowns the -wal
+    /// each time a connection opens it, which would wake every waiter.
+    pub fn watch(&self, path: &Path) -> Option<i32> {
         use std::os::unix::ffi::OsStrExt;
-        let Ok(c_path) = std::ffi::CString::new(path.as_os_str().as_bytes()) else {
-            return false;
-        };
-        let mask = libc::IN_MODIFY | libc::IN_ATTRIB | libc::IN_DELETE_SELF | libc::IN_MOVE_SELF;
+        let c_path = std::ffi::CString::new(path.as_os_str().as_bytes()).ok()?;
+        let mask = libc::IN_MODIFY | libc::IN_DELETE_SELF | libc::IN_MOVE_SELF;
         // SAFETY: the fd is ours and open; c_path is a NUL-terminated string alive for the call.
-        unsafe { libc::inotify_add_watch(self.fd, c_path.as_ptr(), mask) >= 0 }
+        let wd = unsafe { libc::inotify_add_watch(self.fd, c_path.as_ptr(), mask) };
+        (wd >= 0).then_some(wd)
     }
 
-    /// Blocks up to `timeout_ms` until events are ready; reads them all. True if there were any.
-    pub fn wait(&self, timeout_ms: i64) -> bool {
+    /// Blocks up to `timeout_ms` until events are ready; reads them all and gives the
+    /// numbers of the watches they are for (-1: the kernel's queue overflowed, events lost).
+    pub fn wait(&self, timeout_ms: i64) -> Vec<i32> {
         let mut pfd = libc::pollfd { fd: self.fd, events: libc::POLLIN, revents: 0 };
         // SAFETY: one valid pollfd, for the length of the call.
         let ready = unsafe { libc::poll(&raw mut pfd, 1, timeout_ms.clamp(0, i64::from(i32::MAX)) as i32) };
-        ready > 0 && self.drain()
+        let mut fired = Vec::new();
+        if ready > 0 {
+            self.drain(&mut fired);
+        }
+        fired
     }
 
-    /// Reads every pending event (the fd is non-blocking): true if there was one.
-    fn drain(&self) -> bool {
+    /// Reads every pending event (the fd is non-blocking) into `fired`.
+    fn drain(&self, fired: &mut Vec<i32>) {
+        const HEAD: usize = std::mem::size_of::<libc::inotify_event>();
         let mut buf = [0u8; 4096];
-        let mut any = false;
         loop {
             // SAFETY: buf is ours, writable for its whole length.
             let n = unsafe { libc::read(self.fd, buf.as_mut_ptr().cast(), buf.len()) };
             if n <= 0 {
-                return any;
+                return;
             }
-            any = true;
+            // The kernel writes whole events: a head (wd, mask, cookie, len) and `len` name bytes.
+            let mut at = 0;
+            while at + HEAD <= n as usize {
+                let field = |i: usize| u32::from_ne_bytes(buf[at + i..at + i + 4].try_into().expect("4 bytes"));
+                fired.push(field(0) as i32);
+                at += HEAD + field(12) as usize;
+            }
         }
     }
 }
@@ -89,11 +100,11 @@ impl Inotify {
     pub fn new() -> Option<Self> {
         None
     }
-    pub fn watch(&self, _path: &Path) -> bool {
-        false
+    pub fn watch(&self, _path: &Path) -> Option<i32> {
+        None
     }
-    pub fn wait(&self, _timeout_ms: i64) -> bool {
-        false
+    pub fn wait(&self, _timeout_ms: i64) -> Vec<i32> {
+        Vec::new()
     }
 }
 
