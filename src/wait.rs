@@ -130,7 +130,8 @@ pub fn tq_wait(conn: &Conn, args: &[Val]) -> Result<Out> {
                 }
             }
             _ => {
-                let every = if watch.is_some() { Duration::from_millis(1) } else { poll_interval(wall + timeout - end) };
+                let every =
+                    if watch.is_some() { Duration::from_millis(1) } else { poll_interval(wall + timeout - end) };
                 std::thread::sleep(every.min(Duration::from_millis((wake_at - wall) as u64)));
             }
         }

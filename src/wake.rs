@@ -8,8 +8,8 @@
 //! the store is on a network filesystem (another machine's writes make no event here),
 //! `Watch::arm` gives None and tq_wait polls as before.
 
-use std::path::{Path, PathBuf};
 use std::collections::HashMap;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
 
 use crate::sqlite::{local_file, Conn, Inotify};
@@ -42,7 +42,8 @@ fn shared() -> Option<Arc<Shared>> {
     let mut slot = SHARED.lock().unwrap_or_else(PoisonError::into_inner);
     let pid = std::process::id();
     if slot.as_ref().is_none_or(|s| s.pid != pid) {
-        *slot = Inotify::new().map(|inotify| Arc::new(Shared { pid, inotify, turn: Mutex::default(), woke: Condvar::new() }));
+        *slot = Inotify::new()
+            .map(|inotify| Arc::new(Shared { pid, inotify, turn: Mutex::default(), woke: Condvar::new() }));
     }
     slot.clone()
 }
@@ -123,7 +124,11 @@ impl Watch {
                 return false;
             }
             if turn.reading {
-                turn = s.woke.wait_timeout(turn, std::time::Duration::from_millis(left as u64)).unwrap_or_else(PoisonError::into_inner).0;
+                turn = s
+                    .woke
+                    .wait_timeout(turn, std::time::Duration::from_millis(left as u64))
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .0;
                 continue;
             }
             turn.reading = true;
@@ -131,13 +136,13 @@ impl Watch {
             let fired = s.inotify.wait(left);
             turn = s.turn.lock().unwrap_or_else(PoisonError::into_inner);
             turn.reading = false;
-            if !fired.is_empty() {
+            if fired.is_empty() {
+                s.woke.notify_one(); // someone else's turn to read
+            } else {
                 turn.reads += 1;
                 let read = turn.reads;
                 turn.fired.extend(fired.into_iter().map(|wd| (wd, read)));
                 s.woke.notify_all();
-            } else {
-                s.woke.notify_one(); // someone else's turn to read
             }
         }
     }
