@@ -186,10 +186,12 @@ def main():
                 cpu, lat = measure(build, kind, n, sizes)
                 rows.append((kind, n, name, cpu, statistics.median(lat), p99(lat)))
     lines = ["# Idle workers: CPU and wake-up latency", "",
-             "`/usr/bin/python3 bench/idle.py%s%s` on %s, %d cores, %s. CPU over %.0f s once idle; latency over %d adds "
+             "`/usr/bin/python3 bench/idle.py%s%s` on %s, %d cores, %s, load average %.1f at the end (other work "
+             "on the machine inflates the latencies). CPU over %.0f s once idle; latency over %d adds "
              "from another process (add to handler start)." % (
                  " --quick" if args.quick else "", " --before " + args.before if args.before else "",
-                 platform.platform(), os.cpu_count(), time.strftime("%Y-%m-%d"), sizes["window"], sizes["adds"]),
+                 platform.platform(), os.cpu_count(), time.strftime("%Y-%m-%d"), os.getloadavg()[0],
+                 sizes["window"], sizes["adds"]),
              "", "| helper | idle queues | build | CPU (% of a core) | latency median (ms) | p99 (ms) |",
              "|---|---:|---|---:|---:|---:|"]
     lines += ["| %s | %d | %s | %.1f | %.2f | %.2f |" % (k, n, name, 100 * cpu, med, p) for k, n, name, cpu, med, p in rows]
