@@ -3,9 +3,10 @@
 //!
 //! One inotify instance serves every waiter of the process (the kernel allows a user 128):
 //! one waiter at a time blocks on it and, when it reads events, wakes the others; those
-//! whose store's files were written look at it, the others sleep on. A process that forked gets its own instance (a shared one would
-//! give each event to one of the two). Where there is none, a watch cannot be added, or
-//! the store is on a network filesystem (another machine's writes make no event here),
+//! whose store's files were written look at it, the others sleep on. A process that forked
+//! gets its own instance (a shared one would give each event to one of the two). Watches
+//! stay until their file is deleted. Where there is no instance, a watch cannot be added,
+//! or the store is on a network filesystem (another machine's writes make no event here),
 //! `Watch::arm` gives None and tq_wait polls as before.
 
 use std::collections::HashMap;
