@@ -65,9 +65,11 @@ def sleeping(pid):
         return f.read().rsplit(")", 1)[1].split()[0] == "S"
 
 
-@pytest.mark.parametrize("journal", JOURNALS)
+@pytest.mark.parametrize("journal", JOURNALS + ["wal, reset"])
 def test_an_add_from_another_process_ends_a_waiting_tq_wait(db_path, journal):
-    conn = store(db_path, journal)
+    """"wal, reset": a checkpoint empties the -wal while the waiter waits, and the add
+    writes it again from its start."""
+    conn = store(db_path, journal.split(",")[0])
     waiter = subprocess.Popen([sys.executable, "-c", WAITER, db_path, os.path.join(ROOT, "tests")],
                               stdout=subprocess.PIPE, text=True)
     try:
@@ -75,6 +77,10 @@ def test_an_add_from_another_process_ends_a_waiting_tq_wait(db_path, journal):
         while not sleeping(waiter.pid):
             time.sleep(0.01)
         time.sleep(0.3)              # well inside tq_wait, past its settling
+        if journal == "wal, reset":
+            assert conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0] == 0   # not busy
+            assert os.path.getsize(db_path + "-wal") == 0
+            time.sleep(0.3)          # past the settling after the checkpoint's writes
         add(conn, "wake", id="w1")
         res = json.loads(waiter.stdout.readline())
     finally:
