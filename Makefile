@@ -107,12 +107,14 @@ soak: $(EXT) node/node_modules
 # huey; set up under bench/work/ on first run): bench/results/latest.md and peers.md.
 # bench/workers.py: the worker helpers (threads, asyncio, Node) beside huey's consumer,
 # liteque and plainjob (npm, under bench/work/node/): bench/results/workers.md.
+# bench/idle.py: CPU of 1, 20 and 100 idle work() calls and the add-to-start latency: bench/results/idle.md.
 # bench/scale.py: the cost of one call as the store grows (COST-01): bench/results/scale.md and scale.png.
 bench: $(EXT) node/node_modules
 	$(PY) bench/lifecycle.py
 	$(PY) bench/lifecycle.py --floor-variants
 	$(PY) bench/peers.py
 	$(PY) bench/workers.py
+	$(PY) bench/idle.py
 	$(PY) bench/scale.py
 	$(PY) bench/durability.py
 
@@ -121,6 +123,7 @@ bench-quick: $(EXT) node/node_modules
 	$(PY) bench/lifecycle.py --quick --floor-variants
 	$(PY) bench/peers.py --quick
 	$(PY) bench/workers.py --quick
+	$(PY) bench/idle.py --quick
 	$(PY) bench/scale.py --quick
 	$(PY) bench/durability.py --quick
 

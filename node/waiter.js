@@ -6,8 +6,8 @@ const { parentPort, workerData } = require('worker_threads');
 const { adapterOf, openWith } = require('./drivers.js');
 const { close, exec, one } = require('./sql.js');
 
-// tq_wait polls every 1 ms for its first 100 ms, every 3 ms after: slices keep it at 1 ms.
-const SLICE = 90;
+// How often the waiter looks at stop(); tq_wait itself sleeps until the store is written.
+const SLICE = 250;
 
 // Set by the worker when it stops: checked between slices, so stop() need not wait out a
 // poll, and before the connection opens, so a worker that stopped at once opens nothing.
