@@ -18,6 +18,7 @@ queue is empty, a third thread sleeps in tq_wait and wakes the loop.
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
 import json
 import logging
@@ -27,7 +28,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Awaitable, Callable, Dict, List, Optional, Set, Tuple
 
-from ._connection import open as open_conn
+from ._connection import OwnedConnection, open as open_conn
 from ._context import RunBase, current_run
 from ._protocol import (PROGRESS, STEP_GET, STEP_PUT, WAITER_JOIN_S, check_work_args, claim_args,
                         claim_sql, lease_options, lease_pairs, outcome_of_exception, renew_all,
@@ -42,29 +43,34 @@ __all__ = ["AsyncQueue", "AsyncRun"]
 
 
 class _DbThread:
-    """One thread and one connection, opened on that thread: every call runs there, in
-    order, so the loop never waits for SQLite and no two calls share the connection."""
+    """One thread and one connection (an OwnedConnection: closed before a fork while idle,
+    reopened in each process): every call runs there, in order, so the loop never waits
+    for SQLite and no two calls share the connection."""
 
     def __init__(self, connect: Callable[[], Any], name: str):
-        self._connect = connect
-        self._conn: Any = None
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix=name)
+        self._owned = OwnedConnection(connect)
+        self._name = name
+        self._pid = 0
+        self._pool: Optional[ThreadPoolExecutor] = None
 
     def _run(self, fn: Callable[..., Any], args: tuple) -> Any:
-        if self._conn is None:
-            self._conn = self._connect()
-        return fn(self._conn, *args)
+        with self._owned.lock:
+            return fn(self._owned.get(), *args)
+
+    def _executor(self) -> ThreadPoolExecutor:
+        if self._pool is None or self._pid != os.getpid():   # a forked child has no thread
+            self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix=self._name)
+            self._pid = os.getpid()
+        return self._pool
 
     async def call(self, fn: Callable[..., Any], *args: Any) -> Any:
-        return await asyncio.get_running_loop().run_in_executor(self._pool, self._run, fn, args)
+        return await asyncio.get_running_loop().run_in_executor(self._executor(), self._run, fn, args)
 
     async def close(self) -> None:
-        def close(conn: Any) -> None:
-            conn.close()
-            self._conn = None
-        if self._conn is not None:
-            await self.call(close)
-        self._pool.shutdown(wait=False)
+        if self._pool is not None and self._pid == os.getpid():
+            await asyncio.get_running_loop().run_in_executor(self._pool, self._owned.close)
+            self._pool.shutdown(wait=False)
+        self._pool = None
 
 
 class AsyncRun(RunBase):
@@ -271,8 +277,8 @@ class AsyncQueue:
     def __init__(self, path: "str | os.PathLike[str]", name: str, busy_timeout: float = 5.0):
         self.path = os.fspath(path)
         self.name = name
-        self._connect = lambda: open_conn(self.path, busy_timeout)
-        self._sync: Any = None
+        # no reference back to self: an AsyncQueue that goes closes its connection at once
+        self._connect = functools.partial(open_conn, self.path, busy_timeout, check_same_thread=False)
         self._db = _DbThread(self._connect, "tinyq-aio")
         self._stopping = False
         self._work: Optional[_AsyncWork] = None
@@ -280,10 +286,10 @@ class AsyncQueue:
 
     async def _q(self, method: str, *args: Any, **kw: Any) -> Any:
         """A Queue method, run on the queue's thread over its connection."""
+        name = self.name
+
         def call(conn: Any) -> Any:
-            if self._sync is None:
-                self._sync = Queue(conn, self.name)
-            return getattr(self._sync, method)(*args, **kw)
+            return getattr(Queue(conn, name), method)(*args, **kw)
         return await self._db.call(call)
 
     async def add(self, payload: Any, id: Optional[str] = None, delay: Any = None, at: Any = None,
