@@ -124,7 +124,7 @@ async function workLoop(queue, handler, opts) {
   const claimSql = claimStatement(db, claimOpts);
   const waiter = startWaiter(file, queue.name);
   const inflight = new Set();
-  const heartbeat = startHeartbeat(db);
+  const heartbeat = startHeartbeat(db, opts.lease ?? null);
   let handled = 0;
   let wake = null; // ends the current nap: a handler finished, stop(), or the waiter
   queue._wake = () => wake && wake();
@@ -235,16 +235,18 @@ async function runOne(run, handler, errors, finished, heartbeat, pace) {
   if (outcome && !run.cancelled) finished.push([run, outcome, value, Date.now()]); // settled with the next claim
 }
 
-const RENEW_ALL = "SELECT tq_renew(json_extract(value, '$[0]'), json_extract(value, '$[1]')) AS lease FROM json_each(?)";
+// The last argument is work()'s lease (null: the queue's): a renewal extends by the claim's
+// lease, or a worker's longer lease would shrink to the queue's at its first renewal.
+const RENEW_ALL = "SELECT tq_renew(json_extract(value, '$[0]'), json_extract(value, '$[1]'), ?) AS lease FROM json_each(?)";
 
 /** The worker's heartbeat: when the earliest running job is at half its lease, every running
  * job is renewed, in one statement of one transaction. A NULL marks the run cancelled. */
-function startHeartbeat(db) {
+function startHeartbeat(db, lease) {
   const due = new Map(); // run -> time of its next renewal (ms)
   const every = (run) => Math.max(run.leaseUntil - Date.now(), 100) / 2;
   let timer = null;
   let timerAt = Infinity; // when the timer fires
-  const renew = db.transaction((pairs) => rows(db, RENEW_ALL, pairs).map((r) => r.lease));
+  const renew = db.transaction((pairs) => rows(db, RENEW_ALL, lease, pairs).map((r) => r.lease));
   const schedule = () => {
     clearTimeout(timer);
     timer = null;

@@ -31,7 +31,7 @@ from typing import Any, Awaitable, Callable, Dict, List, Optional, Set, Tuple
 from ._connection import OwnedConnection, open as open_conn
 from ._context import RunBase, current_run
 from ._protocol import (PROGRESS, STEP_GET, STEP_PUT, WAITER_JOIN_S, check_work_args, claim_args,
-                        claim_sql, lease_options, lease_pairs, outcome_of_exception, renew_all,
+                        claim_sql, lease_options, lease_pairs, lease_value, outcome_of_exception, renew_all,
                         renew_soon, renewed, schedule_renewal, settle_and_claim, stop_on_signals,
                         wait_for_work, worker_name)
 from ._queue import Queue
@@ -163,6 +163,7 @@ class _AsyncWork:
         self.poll = poll
         self.errors = errors
         self.lease_options = lease_options(lease)
+        self.lease = lease_value(lease)
         self.db = _DbThread(queue._connect, "tinyq-aio-work")
         self.tasks: Set[asyncio.Task] = set()
         self.runs: Dict[AsyncRun, float] = {}        # running job -> monotonic time of its renewal
@@ -260,7 +261,7 @@ class _AsyncWork:
                 continue
             runs = list(self.runs)
             try:
-                leases = await self.db.call(renew_all, lease_pairs(runs))
+                leases = await self.db.call(renew_all, lease_pairs(runs), self.lease)
             except Exception as exc:
                 # Busy or not (a full disk...), try again soon: a heartbeat that ended here
                 # would let every lease run out while its handler still works.

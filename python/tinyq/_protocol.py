@@ -39,6 +39,11 @@ def lease_options(lease: Any) -> Optional[str]:
     return None if lease is None else json.dumps({"lease": _ms(lease)})
 
 
+def lease_value(lease: Any) -> Any:
+    """tq_renew's lease argument for a lease given to work() (None: the queue's own)."""
+    return None if lease is None else _ms(lease)
+
+
 # -- claiming and settling ------------------------------------------------------------------
 
 COLUMNS = ("id", "attempt", "payload", "group_key", "lease_until", "deadline")
@@ -133,8 +138,9 @@ PROGRESS = "SELECT tq_progress(?, ?, ?)"
 
 
 def schedule_renewal(run: RunBase) -> float:
-    """Sets how often `run` is renewed (half its lease, 50 ms at least) and returns the
-    monotonic time of its first renewal."""
+    """Sets how often `run` is renewed (half what is left of its lease, 50 ms at least) and
+    returns the monotonic time of its next renewal. Called at the claim and after each
+    renewal: the pace follows the lease the store answered, not the first one."""
     run._renew_every = max(run.lease_until - time.time() * 1000, 100) / 2000.0
     return time.monotonic() + run._renew_every
 
@@ -142,7 +148,6 @@ def schedule_renewal(run: RunBase) -> float:
 def renewed(due: Dict[Any, float], runs: List[RunBase], leases: List[Any]) -> None:
     """After renew_all: each run's new lease and next renewal in `due` (run -> monotonic
     time); a NULL lease (cancelled, timed out, or taken by a later attempt) cancels the run."""
-    now = time.monotonic()
     for run, lease_until in zip(runs, leases):
         if lease_until is None:
             run.cancelled = True
@@ -150,7 +155,7 @@ def renewed(due: Dict[Any, float], runs: List[RunBase], leases: List[Any]) -> No
         else:
             run.lease_until = lease_until
             if run in due:
-                due[run] = now + run._renew_every
+                due[run] = schedule_renewal(run)
 
 
 def renew_soon(due: Dict[Any, float], runs: List[RunBase], seconds: float) -> None:
@@ -161,12 +166,16 @@ def renew_soon(due: Dict[Any, float], runs: List[RunBase], seconds: float) -> No
             due[run] = soon
 
 
-RENEW_ALL = "SELECT tq_renew(json_extract(value, '$[0]'), json_extract(value, '$[1]')) FROM json_each(?)"
+# The third argument is work()'s lease (NULL: the queue's): a renewal extends by the same
+# lease as the claim, or a worker's longer lease would shrink to the queue's at its first one.
+RENEW_ALL = ("SELECT tq_renew(json_extract(value, '$[0]'), json_extract(value, '$[1]'), ?) "
+             "FROM json_each(?)")
 
 
-def renew_all(conn: Any, pairs: str) -> List[Any]:
-    """tq_renew of every [id, attempt] in `pairs` (JSON), in one statement of one transaction."""
-    return [row[0] for row in transaction(conn, lambda: _rows(conn, RENEW_ALL, pairs))]
+def renew_all(conn: Any, pairs: str, lease: Any = None) -> List[Any]:
+    """tq_renew of every [id, attempt] in `pairs` (JSON) by `lease` (work()'s, None: the
+    queue's), in one statement of one transaction."""
+    return [row[0] for row in transaction(conn, lambda: _rows(conn, RENEW_ALL, lease, pairs))]
 
 
 def lease_pairs(runs: List[RunBase]) -> str:

@@ -13,7 +13,7 @@ from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
 
 from ._context import Outcome, Cancelled, RunBase, current_run
 from ._protocol import (PROGRESS, STEP_GET, STEP_PUT, WAITER_JOIN_S, check_work_args, claim_args,
-                        claim_sql, lease_options, lease_pairs, outcome_of_exception, renew_all,
+                        claim_sql, lease_options, lease_pairs, lease_value, outcome_of_exception, renew_all,
                         renew_soon, renewed, schedule_renewal, settle_and_claim, stop_on_signals,
                         wait_for_work, worker_name)
 from ._sql import _decode, _encode, _one
@@ -76,9 +76,11 @@ class _Heartbeat(threading.Thread):
     marks its run cancelled."""
 
     def __init__(self, connect: Callable[[], Any], write_lock: threading.Lock,
-                 flush: Optional[Callable[[Any], None]] = None, flush_every: float = 0.02):
+                 flush: Optional[Callable[[Any], None]] = None, flush_every: float = 0.02,
+                 lease: Any = None):
         super().__init__(name="tinyq-heartbeat", daemon=True)
         self._connect = connect
+        self._lease = lease
         self._flush, self._flush_every = flush, flush_every
         self._write_lock = write_lock
         self._runs: Dict[RunBase, float] = {}    # run -> monotonic time of its next renewal
@@ -140,7 +142,7 @@ class _Heartbeat(threading.Thread):
         pairs = lease_pairs(runs)
         try:
             with self._write_lock:
-                leases = renew_all(conn, pairs)
+                leases = renew_all(conn, pairs, self._lease)
         except Exception as exc:  # busy, most likely: try again soon
             log.warning("tinyq: renewing %d leases failed: %s", len(runs), exc)
             with self._cond:
@@ -207,7 +209,7 @@ class _Pool:
         self.pending: List[_Request] = []      # settles and claims asked for, not served yet
         self.ahead: Deque[Run] = collections.deque()   # claimed ahead, not started (prefetch)
         self.unsettled: List[Tuple[Run, str, Any, float]] = []   # finished, to settle
-        self.heartbeat = _Heartbeat(connect, self.write_lock, self.flush)
+        self.heartbeat = _Heartbeat(connect, self.write_lock, self.flush, lease=lease_value(lease))
         self.wake = threading.Condition()      # idle threads wait here for the waiter
         self.idle = 0
         self.generation = 0                    # bumped each time the waiter wakes
