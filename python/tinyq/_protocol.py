@@ -92,7 +92,7 @@ def settle_and_claim(conn: Any, claim: str, settles: List[Tuple[RunBase, str, An
     def body() -> List[Dict[str, Any]]:
         for run, outcome, value in settles:
             settle_in(conn, run, outcome, value)
-        return [] if args is None else [dict(zip(COLUMNS + ("meta",), row)) for row in _rows(conn, claim, *args)]
+        return [] if args is None else claim_in(conn, claim, args)
 
     for attempt in range(tries):
         try:
@@ -103,6 +103,24 @@ def settle_and_claim(conn: Any, claim: str, settles: List[Tuple[RunBase, str, An
             if attempt == tries - 1:
                 log.error("tinyq: settling %d jobs / claiming failed: %s", len(settles), exc)
     return []
+
+
+MAX_CLAIM = 1000   # tq_claim's n is 1 to 1000: a larger want is claimed in parts
+
+
+def claim_in(conn: Any, claim: str, args: tuple) -> List[Dict[str, Any]]:
+    """claim_sql's statement for claim_args' `want` jobs, in parts of MAX_CLAIM at most (a
+    pool of 200 threads asks for up to 1,600 at once), until one part comes back short."""
+    queue, worker, want, *rest = args
+    jobs: List[Dict[str, Any]] = []
+    while want > 0:
+        n = min(want, MAX_CLAIM)
+        part = [dict(zip(COLUMNS + ("meta",), row)) for row in _rows(conn, claim, queue, worker, n, *rest)]
+        jobs += part
+        want -= n
+        if len(part) < n:
+            break
+    return jobs
 
 
 def outcome_of_exception(exc: BaseException, errors: str) -> Tuple[Optional[str], Any]:
