@@ -225,7 +225,7 @@ async function runOne(run, handler, errors, finished, heartbeat, pace) {
   let outcome, value;
   try {
     const result = await handler(decode(run._payload), run);
-    [outcome, value] = ['done', result === undefined ? undefined : encode(result)];
+    [outcome, value] = ['done', resultText(run, result)];
   } catch (err) {
     [outcome, value] = err instanceof Outcome ? [err.outcome, err.value] : ['error', errorText(err, errors)];
   } finally {
@@ -295,7 +295,8 @@ function startHeartbeat(db, lease) {
 }
 
 /** tq_settle inside the caller's transaction. A settle the extension refuses (a bad delay,
- * say) is recorded as an error instead, so the job does not sit until its lease ends. */
+ * say) is recorded as an error instead, so the job does not sit until its lease ends; but a
+ * done job stays done, its result dropped (a result over the size limit). */
 function settleIn(db, run, outcome, value) {
   const args = [run.id, run.attempt, outcome];
   if (value !== undefined && value !== null) args.push(value);
@@ -303,8 +304,26 @@ function settleIn(db, run, outcome, value) {
     return one(db, `SELECT tq_settle(${args.map(() => '?').join(', ')})`, ...args);
   } catch (err) {
     if (isBusy(err) || outcome === 'error') throw err;
+    if (outcome === 'done' && args.length > 3) return settleIn(db, run, 'done', droppedResult(run, errorText(err)));
     return settleIn(db, run, 'error', errorText(err));
   }
+}
+
+/** A handler's return as stored text. One that cannot be stored (a BigInt, a circular
+ * object) drops the result, not the job: its work is done and must not run again. */
+function resultText(run, result) {
+  if (result === undefined) return undefined;
+  try {
+    return encode(result);
+  } catch (err) {
+    return droppedResult(run, errorText(err));
+  }
+}
+
+/** The result a done job keeps when its own could not be stored: why, logged too. */
+function droppedResult(run, reason) {
+  console.warn(`tinyq: job ${run.id} finished, but its result could not be stored (${reason}): dropped`);
+  return JSON.stringify({ result_dropped: reason });
 }
 
 module.exports = { workLoop };

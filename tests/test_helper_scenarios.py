@@ -70,4 +70,7 @@ def test_helper_scenario(tmp_path, helper, index):
         with open(log) as f:
             starts = collections.Counter(line.split()[0] for line in f)
         assert len(starts) == spec["jobs"] and set(starts.values()) == {1}, starts.most_common(3)
+    if expect.get("result_has"):
+        for (result,) in conn.execute("SELECT tq_get(id) ->> 'result' FROM tq_jobs WHERE queue = 'q'"):
+            assert expect["result_has"] in str(result), result
     conn.close()

@@ -32,7 +32,7 @@ from ._connection import OwnedConnection, open as open_conn
 from ._context import RunBase, current_run
 from ._protocol import (PROGRESS, STEP_GET, STEP_PUT, WAITER_JOIN_S, check_work_args, claim_args,
                         claim_sql, lease_options, lease_pairs, lease_value, outcome_of_exception, renew_all,
-                        renew_soon, renewed, schedule_renewal, settle_and_claim, stop_on_signals,
+                        renew_soon, renewed, result_outcome, schedule_renewal, settle_and_claim, stop_on_signals,
                         wait_for_work, worker_name)
 from ._queue import Queue
 from ._sql import _decode, _encode, _one
@@ -242,9 +242,10 @@ class _AsyncWork:
         try:
             try:
                 result = await self.handler(_decode(job["payload"]), run)
-                outcome, value = "done", (None if result is None else _encode(result))
             except BaseException as exc:
                 outcome, value = outcome_of_exception(exc, self.errors)
+            else:
+                outcome, value = result_outcome(run, result)
         finally:
             self.runs.pop(run, None)
         if outcome is not None and not run.cancelled:

@@ -74,14 +74,37 @@ def settle_args(run: RunBase, outcome: str, value: Any) -> Tuple[str, tuple]:
 def settle_in(conn: Any, run: RunBase, outcome: str, value: Any) -> Any:
     """tq_settle inside the caller's transaction. A settle the extension refuses (a bad
     delay, say) is recorded as an error instead, so the job does not sit until its lease
-    ends. Busy errors go up: the transaction is retried as a whole."""
+    ends; but a done job stays done, its result dropped (a result over the size limit).
+    Busy errors go up: the transaction is retried as a whole."""
     sql, args = settle_args(run, outcome, value)
     try:
         return _one(conn, sql, *args)
     except Exception as exc:
         if is_busy(exc) or outcome == "error":
             raise
+        if outcome == "done" and value is not None:
+            return settle_in(conn, run, "done", dropped_result(run, error_text(exc)))
         return settle_in(conn, run, "error", error_text(exc))
+
+
+def result_outcome(run: RunBase, result: Any) -> Tuple[str, Any]:
+    """What a handler's return settles: done, with its result as stored text (JSON, and
+    strict JSON: no NaN). A result that cannot be stored (a set, bytes, NaN...) drops the
+    result, not the job: the handler's work is done and must not run again."""
+    if result is None:
+        return "done", None
+    if isinstance(result, str):
+        return "done", result
+    try:
+        return "done", json.dumps(result, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        return "done", dropped_result(run, error_text(exc))
+
+
+def dropped_result(run: RunBase, reason: str) -> str:
+    """The result a done job keeps when its own could not be stored: why, logged too."""
+    log.warning("tinyq: job %s finished, but its result could not be stored (%s): dropped", run.id, reason)
+    return json.dumps({"result_dropped": reason})
 
 
 def settle_and_claim(conn: Any, claim: str, settles: List[Tuple[RunBase, str, Any]],

@@ -14,7 +14,7 @@ from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
 from ._context import Outcome, Cancelled, RunBase, current_run
 from ._protocol import (PROGRESS, STEP_GET, STEP_PUT, WAITER_JOIN_S, check_work_args, claim_args,
                         claim_sql, lease_options, lease_pairs, lease_value, outcome_of_exception, renew_all,
-                        renew_soon, renewed, schedule_renewal, settle_and_claim, stop_on_signals,
+                        renew_soon, renewed, result_outcome, schedule_renewal, settle_and_claim, stop_on_signals,
                         wait_for_work, worker_name)
 from ._sql import _decode, _encode, _one
 
@@ -65,9 +65,9 @@ def outcome_of(handler: Callable[..., Any], payload: Any, run: RunBase,
     """Run the handler; what to settle: (outcome, value), outcome None for nothing."""
     try:
         result = handler(payload, run)
-        return "done", (None if result is None else _encode(result))
     except BaseException as exc:
         return outcome_of_exception(exc, errors)
+    return result_outcome(run, result)
 
 
 class _Heartbeat(threading.Thread):
