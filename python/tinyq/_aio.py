@@ -208,21 +208,25 @@ class _AsyncWork:
                 await self.event.wait()
         finally:
             restore()
-            self.queue._stopping = True
-            waiter.close()
-            if self.tasks:             # claim nothing more; wait for the work in flight
-                await asyncio.gather(*self.tasks, return_exceptions=True)
-            try:
-                if self.finished:
-                    await self.db.call(settle_and_claim, sql, self.finished, None)
-            finally:  # a last settle that fails still leaves the queue ready for another work()
-                heartbeat.cancel()
-                await asyncio.gather(heartbeat, return_exceptions=True)
-                await self.db.close()
-                await waiter.ended()
-                self.queue._work = None
-                self.queue._stopping = False
+            await _uncancellable(self.finish(sql, waiter, heartbeat))
         return self.handled
+
+    async def finish(self, sql: str, waiter: "_Waiter", heartbeat: "asyncio.Future[None]") -> None:
+        """Claim nothing more, wait for the work in flight, settle it, let go of everything."""
+        self.queue._stopping = True
+        waiter.close()
+        if self.tasks:
+            await asyncio.gather(*self.tasks, return_exceptions=True)
+        try:
+            if self.finished:
+                await self.db.call(settle_and_claim, sql, self.finished, None)
+        finally:  # a last settle that fails still leaves the queue ready for another work()
+            heartbeat.cancel()
+            await asyncio.gather(heartbeat, return_exceptions=True)
+            await self.db.close()
+            await waiter.ended()
+            self.queue._work = None
+            self.queue._stopping = False
 
     def start(self, job: Dict[str, Any]) -> None:
         self.handled += 1
@@ -331,8 +335,16 @@ class AsyncQueue:
                    errors: str = "message") -> int:
         """Run `await handler(payload, run)` for this queue's jobs, up to `concurrency` at
         once, until stop(), SIGTERM or SIGINT; then claim nothing more and return (how many
-        jobs it claimed) once every job in flight has finished and settled."""
+        jobs it claimed) once every job in flight has finished and settled. `handler` must be
+        a coroutine function (async def): a plain def is refused with a TypeError. Cancelling
+        the task that awaits work() stops it the same way (however often it is cancelled,
+        the jobs in flight finish and settle), then raises CancelledError."""
         check_work_args(concurrency, errors)
+        if not _is_async(handler):
+            raise TypeError("AsyncQueue.work needs an async handler (async def), not %r: a plain "
+                            "def would run on the event loop and its result could not be awaited; "
+                            "use tinyq.Queue.work for it, or wrap it: `async def handler(payload, "
+                            "run): return await asyncio.to_thread(f, payload, run)`" % (handler,))
         if self._work is not None:
             raise RuntimeError("this AsyncQueue is already working")
         self._loop = asyncio.get_running_loop()
@@ -364,6 +376,28 @@ class AsyncQueue:
 
     def __repr__(self) -> str:
         return "AsyncQueue(%r, %r)" % (self.path, self.name)
+
+
+async def _uncancellable(cleanup: Awaitable[None]) -> None:
+    """Await `cleanup` to its end even if the awaiting task is cancelled meanwhile (again: a
+    wait_for timeout, then a shutdown), then pass the cancellation on: a cleanup cut short
+    would leave finished jobs running and the queue "already working"."""
+    task = asyncio.ensure_future(cleanup)
+    cancelled = False
+    while True:
+        try:
+            await asyncio.shield(task)
+            break
+        except asyncio.CancelledError:
+            if task.done():
+                raise
+            cancelled = True
+    if cancelled:
+        raise asyncio.CancelledError()
+
+
+def _is_async(handler: Any) -> bool:
+    return inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(getattr(handler, "__call__", None))
 
 
 def _running_loop() -> Optional[asyncio.AbstractEventLoop]:
