@@ -262,17 +262,23 @@ def wait_for_work(conn: Any, queue: str, poll: float, stopped: Callable[[], bool
 def stop_on_signals(stop: Callable[[], None], loop: Any = None) -> Callable[[], None]:
     """In the main thread, SIGTERM and SIGINT call stop(). Without `loop` (threads) the
     first signal also puts the previous handlers back, so a second one acts as before;
-    with an asyncio `loop`, the signals go through the loop and each one calls stop().
-    Returns the function that puts the previous handlers back."""
+    with an asyncio `loop`, the signals go through the loop and each one calls stop(),
+    then the loop's own handler for it if the app had one (aiohttp's run_app has), which
+    is put back afterwards. Returns the function that puts the previous handlers back."""
     if threading.current_thread() is not threading.main_thread():
         return lambda: None
     previous: Dict[int, Any] = {}
+    app_handlers: Dict[int, Any] = {}
 
     def restore() -> None:
         while previous:
             sig, old = previous.popitem()
             if loop is not None:
                 loop.remove_signal_handler(sig)
+                app = app_handlers.pop(sig, None)
+                if app is not None:
+                    loop.add_signal_handler(sig, app._callback, *app._args)
+                    continue
             signal.signal(sig, old if old is not None else signal.SIG_DFL)
 
     def on_signal(signum: int, frame: Any = None) -> None:
@@ -280,15 +286,21 @@ def stop_on_signals(stop: Callable[[], None], loop: Any = None) -> Callable[[], 
         stop()
         if loop is None:
             restore()
+        elif signum in app_handlers:
+            app_handlers[signum]._run()
 
     for sig in (signal.SIGTERM, signal.SIGINT):
         old = signal.getsignal(sig)
         if loop is None:
             signal.signal(sig, on_signal)
         else:
+            # asyncio has no public getter for a loop's signal handler: _signal_handlers
+            app = getattr(loop, "_signal_handlers", {}).get(sig)
             try:
                 loop.add_signal_handler(sig, on_signal, sig)
             except (NotImplementedError, RuntimeError, ValueError):
                 continue
+            if app is not None:
+                app_handlers[sig] = app
         previous[sig] = old
     return restore
