@@ -108,10 +108,11 @@ class _Waiter(threading.Thread):
     work() waits for that (`ended`)."""
 
     def __init__(self, connect: Callable[[], Any], queue: str, poll: float,
-                 loop: asyncio.AbstractEventLoop, woke: Callable[[], None]):
+                 loop: asyncio.AbstractEventLoop, woke: Callable[[], None],
+                 failed: Callable[[BaseException], None]):
         super().__init__(name="tinyq-aio-waiter", daemon=True)
         self._connect, self._queue, self._poll = connect, queue, poll
-        self._loop, self._woke = loop, woke
+        self._loop, self._woke, self._failed = loop, woke, failed
         self._armed = threading.Event()
         self._closed = False
 
@@ -129,7 +130,14 @@ class _Waiter(threading.Thread):
     def run(self) -> None:
         if self._closed:
             return  # closed before this thread ran: open nothing
-        conn = self._connect()
+        try:
+            conn = self._connect()
+        except BaseException as exc:   # work() raises it, rather than never waking
+            try:
+                self._loop.call_soon_threadsafe(self._failed, exc)
+            except RuntimeError:      # the loop is closed
+                pass
+            return
         try:
             while True:
                 self._armed.wait()
@@ -171,6 +179,7 @@ class _AsyncWork:
         self.may_claim = True
         self.event = asyncio.Event()
         self.handled = 0
+        self.failure: Optional[BaseException] = None
 
     def wake(self) -> None:
         self.event.set()
@@ -179,10 +188,16 @@ class _AsyncWork:
         self.may_claim = True
         self.event.set()
 
+    def failed(self, exc: BaseException) -> None:   # the waiter could not start
+        if self.failure is None:
+            self.failure = exc
+        self.queue._stopping = True
+        self.event.set()
+
     async def run(self) -> int:
         loop = asyncio.get_running_loop()
         sql = await self.db.call(claim_sql, self.lease_options)
-        waiter = _Waiter(self.queue._connect, self.queue.name, self.poll, loop, self.woke)
+        waiter = _Waiter(self.queue._connect, self.queue.name, self.poll, loop, self.woke, self.failed)
         waiter.start()
         heartbeat = asyncio.ensure_future(self.heartbeat())
         restore = stop_on_signals(self.queue.stop, loop)
@@ -209,6 +224,8 @@ class _AsyncWork:
         finally:
             restore()
             await _uncancellable(self.finish(sql, waiter, heartbeat))
+        if self.failure is not None:
+            raise self.failure
         return self.handled
 
     async def finish(self, sql: str, waiter: "_Waiter", heartbeat: "asyncio.Future[None]") -> None:

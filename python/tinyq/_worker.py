@@ -77,9 +77,10 @@ class _Heartbeat(threading.Thread):
 
     def __init__(self, connect: Callable[[], Any], write_lock: threading.Lock,
                  flush: Optional[Callable[[Any], None]] = None, flush_every: float = 0.02,
-                 lease: Any = None):
+                 lease: Any = None, fail: Callable[[BaseException], None] = lambda exc: None):
         super().__init__(name="tinyq-heartbeat", daemon=True)
         self._connect = connect
+        self._fail = fail             # a heartbeat that cannot run ends work(): leases would run out
         self._lease = lease
         self._flush, self._flush_every = flush, flush_every
         self._write_lock = write_lock
@@ -122,7 +123,11 @@ class _Heartbeat(threading.Thread):
         return None
 
     def run(self) -> None:
-        conn = self._connect()
+        try:
+            conn = self._connect()
+        except BaseException as exc:
+            self._fail(exc)
+            return
         try:
             while True:
                 runs = self._due()
@@ -135,6 +140,8 @@ class _Heartbeat(threading.Thread):
                         self._flush(conn)
                     except Exception as exc:   # the next claim settles them instead
                         log.warning("tinyq: settling finished jobs failed: %s", exc)
+        except BaseException as exc:
+            self._fail(exc)
         finally:
             conn.close()
 
@@ -209,7 +216,7 @@ class _Pool:
         self.pending: List[_Request] = []      # settles and claims asked for, not served yet
         self.ahead: Deque[Run] = collections.deque()   # claimed ahead, not started (prefetch)
         self.unsettled: List[Tuple[Run, str, Any, float]] = []   # finished, to settle
-        self.heartbeat = _Heartbeat(connect, self.write_lock, self.flush, lease=lease_value(lease))
+        self.heartbeat = _Heartbeat(connect, self.write_lock, self.flush, lease=lease_value(lease), fail=self.fail)
         self.wake = threading.Condition()      # idle threads wait here for the waiter
         self.idle = 0
         self.generation = 0                    # bumped each time the waiter wakes
@@ -367,7 +374,11 @@ class _Pool:
     def waiter_main(self) -> None:
         if self.stopping.is_set():
             return  # stopped before this thread ran: open nothing
-        conn = self.connect()
+        try:
+            conn = self.connect()
+        except BaseException as exc:   # work() raises it, rather than never waking
+            self.fail(exc)
+            return
         try:
             while not self.stopping.is_set():
                 with self.wake:
