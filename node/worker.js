@@ -5,6 +5,7 @@
 const os = require('os');
 const path = require('path');
 const util = require('util');
+const { AsyncLocalStorage } = require('async_hooks');
 const { decode, encode, errorText, extensionPath, one, open, options, rows } = require('./sql.js');
 const { Outcome, Run } = require('./run.js');
 
@@ -146,7 +147,7 @@ async function workLoop(queue, handler, opts) {
   const claimArgs = (n) => (claimOpts === null ? [queue.name, worker, n] : [queue.name, worker, n, claimOpts]);
   const start = (run) => {
     if (run.cancelled) return heartbeat.remove(run); // cancelled while it waited, claimed ahead
-    const p = runOne(run, handler, errors, finished, heartbeat, pace).finally(() => {
+    const p = runOne(queue, run, handler, errors, finished, heartbeat, pace).finally(() => {
       inflight.delete(p);
       queue._wake();
     });
@@ -217,14 +218,18 @@ function isBusy(err) {
   return /SQLITE_BUSY|SQLITE_LOCKED/.test(err && err.code) || /locked|busy/i.test(err && err.message);
 }
 
+/** The queue whose handler is running (in a handler's async context): stop() called there
+ * must not wait for the handler that called it. */
+const inHandlerOf = new AsyncLocalStorage();
+
 /** One claimed job: run the handler (its lease renewed by the heartbeat), then queue its
  * settle for the next claim (unless cancelled). */
-async function runOne(run, handler, errors, finished, heartbeat, pace) {
+async function runOne(queue, run, handler, errors, finished, heartbeat, pace) {
   heartbeat.add(run);
   const started = performance.now();
   let outcome, value;
   try {
-    const result = await handler(decode(run._payload), run);
+    const result = await inHandlerOf.run(queue, () => handler(decode(run._payload), run));
     [outcome, value] = ['done', resultText(run, result)];
   } catch (err) {
     [outcome, value] = err instanceof Outcome ? [err.outcome, err.value] : ['error', errorText(err, errors)];
@@ -326,4 +331,4 @@ function droppedResult(run, reason) {
   return JSON.stringify({ result_dropped: reason });
 }
 
-module.exports = { workLoop };
+module.exports = { workLoop, inHandlerOf };
