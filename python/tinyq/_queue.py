@@ -38,6 +38,7 @@ class Queue(Schedules):
             self._owned = None
             self._conn = conn_or_path
         self._stopping = threading.Event()
+        self._working = threading.Lock()   # held while work() runs: one work() per Queue
 
     @property
     def conn(self) -> Any:
@@ -109,9 +110,14 @@ class Queue(Schedules):
         claimed.
         """
         path = self.path or self._database_path()
-        return work_loop(self, handler, lambda: _open_like(self.conn, path),
-                         concurrency=concurrency, worker=worker, poll=poll, lease=lease,
-                         errors=errors, prefetch=prefetch)
+        if not self._working.acquire(blocking=False):
+            raise RuntimeError("this Queue is already working")   # as AsyncQueue and Node
+        try:
+            return work_loop(self, handler, lambda: _open_like(self.conn, path),
+                             concurrency=concurrency, worker=worker, poll=poll, lease=lease,
+                             errors=errors, prefetch=prefetch)
+        finally:
+            self._working.release()
 
     def stop(self) -> None:
         """Ask work() to claim nothing more and return once the work in flight is done."""
