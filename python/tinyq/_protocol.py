@@ -147,7 +147,11 @@ def claim_in(conn: Any, claim: str, args: tuple) -> List[Dict[str, Any]]:
 
 
 def outcome_of_exception(exc: BaseException, errors: str) -> Tuple[Optional[str], Any]:
-    """What a handler's exception settles: its Outcome, else an error with its text."""
+    """What a handler's exception settles: its Outcome, else an error with its text. A
+    KeyboardInterrupt or SystemExit (sys.exit) is no job's error: it goes up, work() stops
+    and raises it, and the interrupted job runs again once its lease has run out."""
+    if isinstance(exc, (KeyboardInterrupt, SystemExit)):
+        raise exc
     if isinstance(exc, Outcome):
         return exc.outcome, exc.value
     return "error", error_text(exc, errors)
