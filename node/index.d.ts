@@ -208,7 +208,8 @@ export class Queue<P = any, D extends SqliteDatabase = SqliteDatabase> {
   schedules(): Schedule[];
   /** Runs `handler` for this queue's jobs until stop(); resolves with how many it handled. */
   work<R = unknown>(handler: Handler<P, R>, options?: WorkOptions): Promise<number>;
-  /** Claims nothing more; resolves once the jobs in flight have settled. */
+  /** Claims nothing more; resolves once the jobs in flight have settled (with 0 at once,
+   * called from one of this queue's handlers: it would wait for that handler). */
   stop(): Promise<number>;
   close(): void;
 }

@@ -19,7 +19,7 @@
 const { close, encode, extensionPath, load, one, open, options, rows } = require('./sql.js');
 const { adapterOf } = require('./drivers.js');
 const { Cancelled, Outcome, Run } = require('./run.js');
-const { workLoop } = require('./worker.js');
+const { inHandlerOf, workLoop } = require('./worker.js');
 
 // -- the queue -------------------------------------------------------------------------
 
@@ -131,10 +131,13 @@ class Queue {
     return this._working;
   }
 
-  /** Claim nothing more; the promise resolves once work() has finished its jobs in flight. */
+  /** Claim nothing more; the promise resolves once work() has finished its jobs in flight.
+   * Called from one of this queue's handlers it resolves at once (with 0): waiting would
+   * wait for the handler itself; work()'s own promise tells when everything has settled. */
   stop() {
     this._stopping = true;
     this._wake();
+    if (inHandlerOf.getStore() === this) return Promise.resolve(0);
     return this._working || Promise.resolve(0);
   }
 

@@ -5,6 +5,7 @@
 const os = require('os');
 const path = require('path');
 const util = require('util');
+const { AsyncLocalStorage } = require('async_hooks');
 const { close, decode, encode, errorText, extensionPath, fileOf, one, open, options, rows, transaction } = require('./sql.js');
 const { adapterOf } = require('./drivers.js');
 const { Outcome, Run } = require('./run.js');
@@ -126,7 +127,7 @@ async function workLoop(queue, handler, opts) {
   const claimSql = claimStatement(db, claimOpts);
   const waiter = startWaiter(file, queue.name, driver);
   const inflight = new Set();
-  const heartbeat = startHeartbeat(db);
+  const heartbeat = startHeartbeat(db, opts.lease ?? null);
   let handled = 0;
   let wake = null; // ends the current nap: a handler finished, stop(), or the waiter
   queue._wake = () => wake && wake();
@@ -148,7 +149,7 @@ async function workLoop(queue, handler, opts) {
   const claimArgs = (n) => (claimOpts === null ? [queue.name, worker, n] : [queue.name, worker, n, claimOpts]);
   const start = (run) => {
     if (run.cancelled) return heartbeat.remove(run); // cancelled while it waited, claimed ahead
-    const p = runOne(run, handler, errors, finished, heartbeat, pace).finally(() => {
+    const p = runOne(queue, run, handler, errors, finished, heartbeat, pace).finally(() => {
       inflight.delete(p);
       queue._wake();
     });
@@ -219,15 +220,19 @@ function isBusy(err) {
   return /SQLITE_BUSY|SQLITE_LOCKED/.test(err && err.code) || /locked|busy/i.test(err && err.message);
 }
 
+/** The queue whose handler is running (in a handler's async context): stop() called there
+ * must not wait for the handler that called it. */
+const inHandlerOf = new AsyncLocalStorage();
+
 /** One claimed job: run the handler (its lease renewed by the heartbeat), then queue its
  * settle for the next claim (unless cancelled). */
-async function runOne(run, handler, errors, finished, heartbeat, pace) {
+async function runOne(queue, run, handler, errors, finished, heartbeat, pace) {
   heartbeat.add(run);
   const started = performance.now();
   let outcome, value;
   try {
-    const result = await handler(decode(run._payload), run);
-    [outcome, value] = ['done', result === undefined ? undefined : encode(result)];
+    const result = await inHandlerOf.run(queue, () => handler(decode(run._payload), run));
+    [outcome, value] = ['done', resultText(run, result)];
   } catch (err) {
     [outcome, value] = err instanceof Outcome ? [err.outcome, err.value] : ['error', errorText(err, errors)];
   } finally {
@@ -237,16 +242,18 @@ async function runOne(run, handler, errors, finished, heartbeat, pace) {
   if (outcome && !run.cancelled) finished.push([run, outcome, value, Date.now()]); // settled with the next claim
 }
 
-const RENEW_ALL = "SELECT tq_renew(json_extract(value, '$[0]'), json_extract(value, '$[1]')) AS lease FROM json_each(?)";
+// The last argument is work()'s lease (null: the queue's): a renewal extends by the claim's
+// lease, or a worker's longer lease would shrink to the queue's at its first renewal.
+const RENEW_ALL = "SELECT tq_renew(json_extract(value, '$[0]'), json_extract(value, '$[1]'), ?) AS lease FROM json_each(?)";
 
 /** The worker's heartbeat: when the earliest running job is at half its lease, every running
  * job is renewed, in one statement of one transaction. A NULL marks the run cancelled. */
-function startHeartbeat(db) {
+function startHeartbeat(db, lease) {
   const due = new Map(); // run -> time of its next renewal (ms)
   const every = (run) => Math.max(run.leaseUntil - Date.now(), 100) / 2;
   let timer = null;
   let timerAt = Infinity; // when the timer fires
-  const renew = transaction(db, (pairs) => rows(db, RENEW_ALL, pairs).map((r) => r.lease));
+  const renew = transaction(db, (pairs) => rows(db, RENEW_ALL, lease, pairs).map((r) => r.lease));
   const schedule = () => {
     clearTimeout(timer);
     timer = null;
@@ -295,7 +302,8 @@ function startHeartbeat(db) {
 }
 
 /** tq_settle inside the caller's transaction. A settle the extension refuses (a bad delay,
- * say) is recorded as an error instead, so the job does not sit until its lease ends. */
+ * say) is recorded as an error instead, so the job does not sit until its lease ends; but a
+ * done job stays done, its result dropped (a result over the size limit). */
 function settleIn(db, run, outcome, value) {
   const args = [run.id, run.attempt, outcome];
   if (value !== undefined && value !== null) args.push(value);
@@ -303,8 +311,26 @@ function settleIn(db, run, outcome, value) {
     return one(db, `SELECT tq_settle(${args.map(() => '?').join(', ')})`, ...args);
   } catch (err) {
     if (isBusy(err) || outcome === 'error') throw err;
+    if (outcome === 'done' && args.length > 3) return settleIn(db, run, 'done', droppedResult(run, errorText(err)));
     return settleIn(db, run, 'error', errorText(err));
   }
 }
 
-module.exports = { workLoop };
+/** A handler's return as stored text. One that cannot be stored (a BigInt, a circular
+ * object) drops the result, not the job: its work is done and must not run again. */
+function resultText(run, result) {
+  if (result === undefined) return undefined;
+  try {
+    return encode(result);
+  } catch (err) {
+    return droppedResult(run, errorText(err));
+  }
+}
+
+/** The result a done job keeps when its own could not be stored: why, logged too. */
+function droppedResult(run, reason) {
+  console.warn(`tinyq: job ${run.id} finished, but its result could not be stored (${reason}): dropped`);
+  return JSON.stringify({ result_dropped: reason });
+}
+
+module.exports = { workLoop, inHandlerOf };

@@ -7,7 +7,7 @@ import os
 import threading
 from typing import Any, Callable, Dict, List, Optional, Union
 
-from ._connection import _open_like, open
+from ._connection import _open_like, owned_open
 from ._schedules import Schedules
 from ._sql import _encode, _one, _options, _rows
 from ._worker import Run, work_loop
@@ -20,19 +20,30 @@ class Queue(Schedules):
     connection of yours with tinyq loaded. The methods other than `work` run on that
     connection, in whatever transaction it is in: they never begin or commit. `work` opens
     a connection per thread to the same file.
+
+    A connection the Queue opened itself is closed with it (close(), or when the Queue goes),
+    closed before a fork() while idle and reopened in each process on its next use
+    (README, "Prefork servers").
     """
 
     def __init__(self, conn_or_path: Any, name: str):
         self.name = name
         if isinstance(conn_or_path, (str, bytes, os.PathLike)):
             self.path = os.fspath(conn_or_path)
-            self.conn = open(self.path)
-            self._owns_conn = True
+            self._owned = owned_open(self.path)
+            self._owned.get()              # a bad path fails here, not at the first call
+            self._conn = None
         else:
             self.path = None
-            self.conn = conn_or_path
-            self._owns_conn = False
+            self._owned = None
+            self._conn = conn_or_path
         self._stopping = threading.Event()
+        self._working = threading.Lock()   # held while work() runs: one work() per Queue
+
+    @property
+    def conn(self) -> Any:
+        """The connection the methods other than work() run on."""
+        return self._conn if self._owned is None else self._owned.get()
 
     # -- jobs -------------------------------------------------------------------------
 
@@ -99,17 +110,22 @@ class Queue(Schedules):
         claimed.
         """
         path = self.path or self._database_path()
-        return work_loop(self, handler, lambda: _open_like(self.conn, path),
-                         concurrency=concurrency, worker=worker, poll=poll, lease=lease,
-                         errors=errors, prefetch=prefetch)
+        if not self._working.acquire(blocking=False):
+            raise RuntimeError("this Queue is already working")   # as AsyncQueue and Node
+        try:
+            return work_loop(self, handler, lambda: _open_like(self.conn, path),
+                             concurrency=concurrency, worker=worker, poll=poll, lease=lease,
+                             errors=errors, prefetch=prefetch)
+        finally:
+            self._working.release()
 
     def stop(self) -> None:
         """Ask work() to claim nothing more and return once the work in flight is done."""
         self._stopping.set()
 
     def close(self) -> None:
-        if self._owns_conn:
-            self.conn.close()
+        if self._owned is not None:
+            self._owned.close()
 
     def __enter__(self) -> "Queue":
         return self
