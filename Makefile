@@ -4,7 +4,7 @@ PY ?= /usr/bin/python3
 CARGO ?= cargo
 EXT := dist/tinyq.so
 
-.PHONY: all loadable deps demo test test-rust test-python test-python-current test-node test-cluster soak bench bench-quick screenshots clean \
+.PHONY: all loadable deps demo test test-rust test-python test-python-current test-node test-drivers test-cluster soak bench bench-quick screenshots clean \
 	install uninstall wheel npm-pack test-npm-package
 
 all: loadable
@@ -55,7 +55,7 @@ fuzz: $(EXT)
 demo: $(EXT)
 	$(PY) examples/demo.py
 
-test: $(EXT) test-rust test-python test-node test-cluster test-python-current
+test: $(EXT) test-rust test-python test-node test-drivers test-cluster test-python-current
 
 test-rust: deps
 	$(CARGO) test --release --lib
@@ -81,16 +81,22 @@ node/node_modules: node/package.json
 test-node: $(EXT) node/node_modules
 	cd node && node --test test/
 
+# One scenario (tests/drivers/scenario.json) through every driver of docs/drivers.md, and PHP's
+# query() trap pinned; installs what is missing (Debian, Bun/Deno from npm, rusqlite from
+# crates.io), builds under target/drivers/. Warm: a few seconds. TINYQ_DRIVERS="php go" for some.
+test-drivers: $(EXT) node/node_modules
+	PY=$(PY) bash tests/drivers/run.sh
+
 # Three dqlite nodes on 127.0.0.1 (Debian go-dqlite + libdqlite0, installed if missing) with
 # tinyq preloaded; the leader is SIGKILLed mid-work. About 15 s.
 test-cluster: $(EXT)
 	$(PY) tests/cluster/run_cluster.py
 
 # Python and Node producers, 8 workers SIGKILLed at random, limits on, for 10 minutes, audited
-# from tq_watch (tests/soak.py; a 60-second version runs in make test: tests/test_soak.py).
+# from tq_watch (tests/support/soak.py; a 60-second version runs in make test: tests/test_soak.py).
 SOAK_SECONDS ?= 600
 soak: $(EXT) node/node_modules
-	$(PY) tests/soak.py --seconds $(SOAK_SECONDS)
+	$(PY) tests/support/soak.py --seconds $(SOAK_SECONDS)
 
 # tinyq beside a hand-written SQL queue and the peers (honker, litequeue, persist-queue,
 # huey; set up under bench/work/ on first run): bench/results/latest.md and peers.md.

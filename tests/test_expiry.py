@@ -9,7 +9,7 @@ import sqlite3
 
 import pytest
 
-from conftest import (DAY, HOUR, SEC, T0, add, check_buckets, claim, connect, get, ids, one, pin, plain_ahead,
+from helpers import (DAY, HOUR, SEC, T0, add, check_buckets, claim, connect, get, ids, one, pin, plain_ahead,
                       renew, settle, setq, snapshot, watch_all)
 
 

@@ -12,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from conftest import (DAY, HOUR, MIN, SEC, T0, add, check_buckets, claim, connect, get, ids, one, pin, plain_ahead,
+from helpers import (DAY, HOUR, MIN, SEC, T0, add, check_buckets, claim, connect, get, ids, one, pin, plain_ahead,
                       run_python, settle, setq, snapshot, watch_all)
 from test_fuzz import check_counters
 
@@ -152,7 +152,7 @@ def test_KEY_01_a_debounced_burst_runs_once_with_the_last_payload(db):
 
 DEBOUNCER = r"""
 import json, sqlite3, sys, time
-from conftest import connect, one
+from helpers import connect, one
 db = connect(sys.argv[1], busy_ms=60000)
 me, n, start = sys.argv[2], int(sys.argv[3]), float(sys.argv[4])
 while time.time() < start:
@@ -372,7 +372,7 @@ def test_REP_01_statements_with_expires_replace_and_debounce_leave_identical_sto
 
 REPLAY_IN_PROCESS = r"""
 import json, sys
-from conftest import connect, snapshot
+from helpers import connect, snapshot
 from test_keys import keyed_scenario
 conn = connect(sys.argv[1])
 out = keyed_scenario(conn, int(sys.argv[2]))
