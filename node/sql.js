@@ -76,6 +76,11 @@ function rows(db, sql, ...args) {
   return prepared(db, sql, false).all(...args.map(arg));
 }
 
+/** The first column of every row. */
+function column(db, sql, ...args) {
+  return prepared(db, sql, true).all(...args.map(arg));
+}
+
 /** Text is stored as is; anything else (object, array, number, boolean, null) as JSON. */
 function encode(value) {
   if (typeof value === 'string') return value;
@@ -110,4 +115,4 @@ function errorText(err, errors = 'message') {
   return err.message && errors !== 'class' ? `${name}: ${err.message}` : name;
 }
 
-module.exports = { extensionPath, load, open, one, rows, encode, decode, options, errorText };
+module.exports = { extensionPath, load, open, one, rows, column, encode, decode, options, errorText };
