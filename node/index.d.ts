@@ -1,6 +1,37 @@
 // Types for tinyq's Node helper (index.js). Checked by test/types.test.js with tsc.
 import type { Database as BetterDatabase, Options as DatabaseOptions } from 'better-sqlite3';
 
+/** node:sqlite's DatabaseSync (Node 22.13 and later, Bun), as tinyq uses it: open it with
+ * `{ allowExtension: true }` to load tinyq into it. */
+export interface NodeSqliteDatabase {
+  prepare(sql: string): unknown;
+  exec(sql: string): void;
+  enableLoadExtension(allow: boolean): void;
+  loadExtension(path: string): void;
+  close(): void;
+}
+
+/** bun:sqlite's Database, as tinyq uses it. */
+export interface BunDatabase {
+  readonly filename: string;
+  query(sql: string): unknown;
+  exec(sql: string): unknown;
+  transaction(fn: (...args: any[]) => unknown): unknown;
+  loadExtension(path: string): void;
+  close(throwOnError?: boolean): void;
+}
+
+/** A Database of any driver tinyq runs on. */
+export type SqliteDatabase = BetterDatabase | NodeSqliteDatabase | BunDatabase;
+/** The drivers, by the name `driver` options and $TINYQ_DRIVER take. */
+export type DriverName = 'better-sqlite3' | 'node:sqlite' | 'bun:sqlite';
+
+export interface QueueOptions {
+  /** The driver of the Database a Queue opens from a path (default: better-sqlite3 when it is
+   * installed and loads, else node:sqlite; in Bun, bun:sqlite; $TINYQ_DRIVER overrides). */
+  driver?: DriverName;
+}
+
 /** A duration: integer milliseconds, or text such as '500ms', '30s', '10m', '1.5h', '7d'. */
 export type Duration = number | string;
 /** A time: milliseconds since the Unix epoch, ISO-8601 text, or a Date. */
@@ -145,8 +176,8 @@ export class Cancelled extends Outcome {
 
 /** What a handler gets besides its payload. */
 export class Run {
-  /** The worker's own connection, for the handler's SQL. */
-  readonly db: BetterDatabase;
+  /** The worker's own connection (of the Queue's driver), for the handler's SQL. */
+  readonly db: SqliteDatabase;
   readonly id: string;
   readonly attempt: number;
   readonly group: string | null;
@@ -172,12 +203,13 @@ export class Run {
 
 export type Handler<P = any, R = unknown> = (payload: P, run: Run) => R | Promise<R>;
 
-/** One named queue in one SQLite file. */
-export class Queue<P = any> {
-  /** A path (the Queue opens its own Database) or a better-sqlite3 Database with tinyq loaded. */
-  constructor(dbOrPath: string | BetterDatabase, name: string);
+/** One named queue in one SQLite file; D: the type of its Database. */
+export class Queue<P = any, D extends SqliteDatabase = SqliteDatabase> {
+  /** A path (the Queue opens its own Database, with `options.driver`) or a Database with tinyq
+   * loaded: better-sqlite3, node:sqlite's DatabaseSync or bun:sqlite's. */
+  constructor(dbOrPath: string | D, name: string, options?: QueueOptions);
   readonly name: string;
-  readonly db: BetterDatabase;
+  readonly db: D;
   readonly path: string | null;
   add(payload: P, options?: AddOptions): string;
   /** Adds one job per payload in one transaction and one statement; returns their ids in order. */
@@ -202,7 +234,11 @@ export class Queue<P = any> {
 
 /** Where the extension is: $TINYQ_EXT, else tinyq.so next to index.js, else ../dist/tinyq.so. */
 export function extensionPath(): string;
-/** Loads tinyq into a better-sqlite3 Database; returns it. */
-export function load(db: BetterDatabase): BetterDatabase;
-/** A Database with tinyq loaded, WAL, synchronous=FULL and a 5 s busy timeout. */
-export function open(file: string, options?: DatabaseOptions): BetterDatabase;
+/** Loads tinyq into a Database of any of the drivers; returns it. */
+export function load<D extends SqliteDatabase>(db: D): D;
+/** A Database with tinyq loaded, WAL, synchronous=FULL and a 5 s busy timeout, of the driver
+ * named by `options.driver` (the other options go to its constructor), else the default one. */
+export function open(file: string, options: DatabaseOptions & { driver: 'better-sqlite3' }): BetterDatabase;
+export function open(file: string, options: { driver: 'node:sqlite'; [option: string]: unknown }): NodeSqliteDatabase;
+export function open(file: string, options: { driver: 'bun:sqlite'; [option: string]: unknown }): BunDatabase;
+export function open(file: string, options?: DatabaseOptions): SqliteDatabase;

@@ -12,11 +12,12 @@
  *     return { sent: true };
  *   }, { concurrency: 4, handleSignals: true });   // until replies.stop(), SIGTERM or SIGINT
  *
- * Everything goes through tinyq's SQL functions over better-sqlite3, which is synchronous:
- * each call is short, and the handlers, lease renewals and the claim loop share the event
+ * Everything goes through tinyq's SQL functions over a synchronous driver (better-sqlite3,
+ * node:sqlite or bun:sqlite, see drivers.js): each call is short, and the handlers, lease renewals and the claim loop share the event
  * loop. A handler that computes for a long time without awaiting delays its own renewals.
  */
-const { column, encode, extensionPath, load, one, open, options, rows } = require('./sql.js');
+const { close, encode, extensionPath, load, one, open, options, rows, transaction } = require('./sql.js');
+const { adapterOf } = require('./drivers.js');
 const { Cancelled, Outcome, Run } = require('./run.js');
 const { workLoop } = require('./worker.js');
 
@@ -28,16 +29,18 @@ const ADD_EACH = 'SELECT tq_add(?, value, ?) FROM json_each(?)';
 const ADD_EACH_WITH_ID = "SELECT tq_add(?, value ->> 0, json_set(coalesce(?, '{}'), '$.id', value ->> 1)) FROM json_each(?)";
 
 /** One named queue in one SQLite file. `dbOrPath` is a path (the Queue opens its own
- * Database) or a better-sqlite3 Database of yours with tinyq loaded. Every method but
- * work() runs on that Database, in whatever transaction it is in: none begins or commits. */
+ * Database, with `opts.driver` or the default driver) or a Database of yours with tinyq loaded:
+ * better-sqlite3, node:sqlite's DatabaseSync or bun:sqlite's. Every method but work() runs on
+ * that Database, in whatever transaction it is in: none begins or commits. */
 class Queue {
-  constructor(dbOrPath, name) {
+  constructor(dbOrPath, name, opts = {}) {
     if (typeof dbOrPath === 'string') {
       this.path = dbOrPath;
-      this.db = open(dbOrPath);
+      this.db = open(dbOrPath, { driver: opts.driver });
       this._ownsDb = true;
     } else {
       this.path = null;
+      adapterOf(dbOrPath); // an error now for what is not a Database
       this.db = dbOrPath;
       this._ownsDb = false;
     }
@@ -69,10 +72,10 @@ class Queue {
     }
     if (payloads.length === 0) return [];
     const items = ids === undefined ? payloads.map(encode) : payloads.map((p, i) => [encode(p), ids[i]]);
-    // better-sqlite3's transaction: BEGIN IMMEDIATE, or a savepoint inside the caller's.
-    this._addEach ||= this.db.transaction((sql, o, json) => column(this.db, sql, this.name, o, json));
-    const added = this._addEach.immediate(ids === undefined ? ADD_EACH : ADD_EACH_WITH_ID, options(shared),
-      JSON.stringify(items));
+    // BEGIN IMMEDIATE, or a savepoint inside the caller's transaction (sql.js, transaction).
+    this._addEach ||= transaction(this.db, (sql, o, json) => rows(this.db, sql, this.name, o, json)
+      .map((row) => Object.values(row)[0]));
+    const added = this._addEach(ids === undefined ? ADD_EACH : ADD_EACH_WITH_ID, options(shared), JSON.stringify(items));
     this._wake();
     return added;
   }
@@ -161,7 +164,7 @@ class Queue {
   }
 
   close() {
-    if (this._ownsDb) this.db.close();
+    if (this._ownsDb) close(this.db);
   }
 }
 

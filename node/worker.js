@@ -5,7 +5,8 @@
 const os = require('os');
 const path = require('path');
 const util = require('util');
-const { decode, encode, errorText, extensionPath, one, open, options, rows } = require('./sql.js');
+const { close, decode, encode, errorText, extensionPath, fileOf, one, open, options, rows, transaction } = require('./sql.js');
+const { adapterOf } = require('./drivers.js');
 const { Outcome, Run } = require('./run.js');
 
 // -- the worker loop -------------------------------------------------------------------
@@ -17,17 +18,17 @@ const { Outcome, Run } = require('./run.js');
 /** The claim statement: with the job's meta when this build's tq_claim has its hidden
  * `meta` column (store schema 3 and later), NULL in its place before. */
 function claimStatement(db, claimOpts) {
-  const hasMeta = db.prepare("SELECT 1 FROM pragma_table_xinfo('tq_claim') WHERE name = 'meta'").pluck().get();
+  const hasMeta = one(db, "SELECT 1 FROM pragma_table_xinfo('tq_claim') WHERE name = 'meta'");
   return `SELECT id, attempt, payload, group_key, lease_until, deadline, ${hasMeta ? 'meta' : 'NULL AS meta'}`
     + ` FROM tq_claim(?, ?, ?${claimOpts === null ? ')' : ', ?)'}`;
 }
 
 /** The waiter thread, and `arm()`: wake me (the promise resolves) when a job may be claimable. */
-function startWaiter(file, queueName) {
+function startWaiter(file, queueName, driver) {
   const { Worker } = require('worker_threads');
   const stop = new Int32Array(new SharedArrayBuffer(4)); // 1: the worker stopped (waiter.js)
   const worker = new Worker(path.join(__dirname, 'waiter.js'), {
-    workerData: { file, queue: queueName, extension: extensionPath(), stop },
+    workerData: { file, queue: queueName, extension: extensionPath(), driver, stop },
   });
   worker.unref(); // never what keeps a process alive
   let waiting = false; // a tq_wait is under way
@@ -116,13 +117,14 @@ async function workLoop(queue, handler, opts) {
   const poll = opts.poll ?? 1000;
   const claimOpts = options({ lease: opts.lease });
 
-  const file = queue.path || queue.db.name;
-  if (!file || file === ':memory:' || queue.db.memory) {
+  const file = queue.path || fileOf(queue.db);
+  if (!file) {
     throw new Error('Queue.work needs a database file (not :memory:)');
   }
-  const db = open(file); // the worker's own connection: never inside the caller's transaction
+  const driver = adapterOf(queue.db).name; // the worker's connections use the Queue's driver
+  const db = open(file, { driver }); // the worker's own connection: never inside the caller's transaction
   const claimSql = claimStatement(db, claimOpts);
-  const waiter = startWaiter(file, queue.name);
+  const waiter = startWaiter(file, queue.name, driver);
   const inflight = new Set();
   const heartbeat = startHeartbeat(db);
   let handled = 0;
@@ -184,7 +186,7 @@ async function workLoop(queue, handler, opts) {
       settleAndClaim(db, finished.splice(0).concat(back), null, []);
     } finally { // a last settle that fails still stops the heartbeat and the waiter
       heartbeat.close();
-      db.close();
+      close(db);
       await waiter.close();
     }
   }
@@ -196,13 +198,13 @@ async function workLoop(queue, handler, opts) {
  * three times, then the settles are dropped (their leases run out and the jobs run again). */
 function settleAndClaim(db, batch, claimSql, args) {
   if (batch.length === 0 && claimSql === null) return [];
-  const body = db.transaction(() => {
+  const body = transaction(db, () => {
     for (const [run, outcome, value] of batch) settleIn(db, run, outcome, value);
     return claimSql === null ? [] : rows(db, claimSql, ...args);
   });
   for (let attempt = 1; ; attempt++) {
     try {
-      return body.immediate();
+      return body();
     } catch (err) {
       if (!isBusy(err)) throw err;
       if (attempt === 3) {
@@ -244,7 +246,7 @@ function startHeartbeat(db) {
   const every = (run) => Math.max(run.leaseUntil - Date.now(), 100) / 2;
   let timer = null;
   let timerAt = Infinity; // when the timer fires
-  const renew = db.transaction((pairs) => rows(db, RENEW_ALL, pairs).map((r) => r.lease));
+  const renew = transaction(db, (pairs) => rows(db, RENEW_ALL, pairs).map((r) => r.lease));
   const schedule = () => {
     clearTimeout(timer);
     timer = null;
@@ -258,7 +260,7 @@ function startHeartbeat(db) {
   const beat = () => {
     const runs = [...due.keys()];
     try {
-      const leases = renew.immediate(JSON.stringify(runs.map((run) => [run.id, run.attempt])));
+      const leases = renew(JSON.stringify(runs.map((run) => [run.id, run.attempt])));
       runs.forEach((run, i) => {
         if (leases[i] === null) {
           run._cancel(); // cancelled, timed out, or taken by a later attempt: stop renewing

@@ -25,6 +25,7 @@ mod sweep;
 mod tables;
 mod time;
 mod wait;
+mod wake;
 mod wal;
 
 use std::ffi::c_int;

@@ -232,7 +232,7 @@ def test_jobs_pages_in_tinyqs_order(store, db):
     assert [json.loads(line)["id"] for line in group.stdout.splitlines()] == ["b1", "b3"]
     prefix = tinyq("jobs", store, "--prefix", "e", "--json")
     assert [json.loads(line)["id"] for line in prefix.stdout.splitlines()] == ["e1", "e2", "e3"]
-    assert_error(tinyq("jobs", store, "--queue", "bulk", "--state", "waiting", "--after", "zz"), 1,
+    assert_error(tinyq("jobs", store, "--queue", "bulk", "--state", "waiting", "--after", "zz"), 2,
                  "tq_jobs: after: no job 'zz'")
 
 

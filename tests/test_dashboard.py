@@ -350,125 +350,135 @@ def save(browser, tmp_path, name):
             f.write(png)
 
 
-@pytest.mark.skipif(not (os.path.exists(CHROMIUM) and os.path.exists(CHROMEDRIVER)),
-                    reason="needs chromium and chromium-driver (apt-get install chromium chromium-driver)")
-def test_the_page_in_headless_chromium(dashboard, db, tmp_path):
+needs_chromium = pytest.mark.skipif(
+    not (os.path.exists(CHROMIUM) and os.path.exists(CHROMEDRIVER)),
+    reason="needs chromium and chromium-driver (apt-get install chromium chromium-driver)")
+
+
+@pytest.fixture
+def browser():
+    """A headless Chromium session, closed after the test."""
     workdir = tempfile.mkdtemp(prefix="tinyq-chromium-")
-    browser = Browser(workdir)
+    session = Browser(workdir)
     try:
-        browser.go(dashboard)
-        browser.wait_for("the queues", lambda: "emails" in browser.text("queues"))
-        assert "invoice-pdf:1040" in browser.text("running")
-        assert '{"page": 3, "of": 12}' in browser.text("running")
-        assert "SMTP 550: mailbox unavailable" in browser.text("failed")
-        assert browser.js("return document.querySelectorAll('#chart rect').length") == 120
-        assert "nightly-report" in browser.text("schedules") and "paused" in browser.text("schedules")
-
-        # A job that fails after the page opened shows up by itself (the page refreshes).
-        one(db, "SELECT tq_add('webhooks', '{}', '{\"id\": \"hook:77\", \"attempts\": 1}')")
-        claim(db, "webhooks", "hook-worker")
-        one(db, "SELECT tq_settle('hook:77', 1, 'error', 'HTTP 502 from hooks.example.com')")
-        browser.wait_for("hook:77", lambda: "hook:77" in browser.text("failed"))
-        assert "webhooks" in browser.text("queues")
-        browser.js("window.scrollTo(0, 0)")
-        save(browser, tmp_path, "dashboard.png")
-
-        # The failed jobs of a queue: its count in the queues table opens that list.
-        browser.click('a[data-list="reports:failed"]')
-        browser.wait_for("the failed reports", lambda: "report:q3" in browser.text("jobs"))
-        assert "Jobs · reports · failed" in browser.text("jobs-title")
-        assert "renderer crashed" in browser.text("jobs")
-        browser.js("document.getElementById('jobs-title').scrollIntoView()")
-        save(browser, tmp_path, "dashboard-lists.png")
-
-        # Open the failed job from the list and read its timeline.
-        browser.click('#jobs a[data-id="report:q3"]')
-        browser.wait_for("the job's timeline", lambda: "report-worker-2" in browser.text("job-timeline"))
-        assert browser.js("return location.pathname") == "/job/report%3Aq3"
-        assert browser.text("job-state") == "failed"
-        timeline = browser.text("job-timeline")
-        for words in ("running", "progress", "report-worker-1", "timeout talking to the renderer",
-                      '{"page":7,"of":12}', "failed"):
-            assert words in timeline, words
-        assert "fetch-rows" in browser.text("job-steps") and "pages 1-6" in browser.text("job-steps")
-        assert '"requested_by": "ada"' in browser.text("job-meta")
-        assert '"quarter": "Q3"' in browser.text("job-payload")
-        assert "2 of 2 charged" in browser.text("job-fields")
-        save(browser, tmp_path, "dashboard-job.png")
-
-        # Retry it: asked first; then it is waiting again.
-        browser.click('button[data-retry="report:q3"]')
-        browser.wait_for("the question", lambda: browser.js("return document.getElementById('confirm').open"))
-        assert "Retry job report:q3?" in browser.text("confirm-text")
-        browser.click("#confirm-yes")
-        browser.wait_for("report:q3 waiting", lambda: browser.text("job-state") == "waiting")
-        assert get(db, "report:q3")["state"] == "waiting"
-        assert "waiting" in browser.text("job-timeline").splitlines()[-1]
-
-        # Cancel a running one, from the front page; "Keep as is" first changes nothing.
-        browser.go(dashboard)
-        browser.wait_for("the running jobs", lambda: "invoice-pdf:1041" in browser.text("running"))
-        browser.click('#running button[data-cancel="invoice-pdf:1041"]')
-        browser.wait_for("the question", lambda: browser.js("return document.getElementById('confirm').open"))
-        browser.click("#confirm-no")
-        assert get(db, "invoice-pdf:1041")["state"] == "running"
-        browser.click('#running button[data-cancel="invoice-pdf:1041"]')
-        browser.wait_for("the question", lambda: browser.js("return document.getElementById('confirm').open"))
-        browser.click("#confirm-yes")
-        browser.wait_for("invoice-pdf:1041 gone", lambda: "invoice-pdf:1041" not in browser.text("running"))
-        assert get(db, "invoice-pdf:1041") is None
-        # Its page still tells its story: the job is gone, its events are kept.
-        browser.go(dashboard + "job/invoice-pdf%3A1041")
-        browser.wait_for("the cancelled job", lambda: "cancelled" in browser.text("job-state"))
-        assert [line.split("\t")[2] for line in browser.text("job-timeline").splitlines()] == \
-            ["waiting", "running", "progress", "cancelled"]
-        browser.go(dashboard)
-        browser.wait_for("the queues", lambda: "emails" in browser.text("queues"))
-
-        # Pause a queue.
-        browser.click('button[data-pause="emails"]')
-        browser.wait_for("the question", lambda: browser.js("return document.getElementById('confirm').open"))
-        browser.click("#confirm-yes")
-        browser.wait_for("emails paused", lambda: "paused" in browser.js(
-            "return document.querySelector('td[data-queue=\"emails\"]').parentNode.innerText"))
-        assert json.loads(one(db, "SELECT tq_queue('emails')"))["paused"] is True
-
-        # Edit a queue's limits in its dialog; then pause a schedule.
-        browser.click('button[data-limits="pdf"]')
-        browser.wait_for("the limits", lambda: browser.js("return document.getElementById('limits').open"))
-        browser.type("#limit-concurrency", "3")
-        browser.type("#limit-rate", "20/m")
-        browser.click("#limits-save")
-        browser.wait_for("the question", lambda: browser.js("return document.getElementById('confirm').open"))
-        assert '"concurrency":3' in browser.text("confirm-text")
-        browser.click("#confirm-yes")
-        browser.wait_for("the new limits", lambda: "concurrency 3, rate 20/60000ms" in browser.text("queues"))
-        settings = json.loads(one(db, "SELECT tq_queue('pdf')"))
-        assert (settings["concurrency"], settings["rate"]) == (3, "20/60000ms")
-        browser.click('button[data-schedule="nightly-report"]')
-        browser.wait_for("the question", lambda: browser.js("return document.getElementById('confirm').open"))
-        browser.click("#confirm-yes")
-        browser.wait_for("nightly-report paused", lambda: browser.js(
-            "return document.querySelector('button[data-schedule=\"nightly-report\"]').textContent") == "Resume")
-        assert [r[0] for r in db.execute("SELECT paused FROM tq_schedules WHERE name = 'nightly-report'")] == [1]
-
-        # Page through a list: the second page has other jobs.
-        browser.click('a[data-list="emails:done"]')
-        browser.wait_for("the done emails", lambda: "page 1" in browser.text("page-number")
-                         and "done" in browser.text("jobs-title"))
-        first = browser.js("return [...document.querySelectorAll('#jobs a')].map(a => a.dataset.id)")
-        assert len(first) == 50
-        browser.click("#page-next")
-        browser.wait_for("page 2", lambda: "page 2" in browser.text("page-number"))
-        second = browser.js("return [...document.querySelectorAll('#jobs a')].map(a => a.dataset.id)")
-        assert second and not set(first) & set(second)
-
-        # Paste an id into the search box: its page opens.
-        browser.type("#search-text", "welcome:ada")
-        browser.click("#search button")
-        browser.wait_for("welcome:ada's page", lambda: browser.js("return location.pathname") == "/job/welcome%3Aada")
-        browser.wait_for("its timeline", lambda: "SMTP 550" in browser.text("job-timeline"))
-        assert not browser.text("status").startswith("could not")
+        yield session
     finally:
-        browser.close()
+        session.close()
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+@needs_chromium
+def test_the_page_in_headless_chromium(dashboard, db, tmp_path, browser):
+    browser.go(dashboard)
+    browser.wait_for("the queues", lambda: "emails" in browser.text("queues"))
+    assert "invoice-pdf:1040" in browser.text("running")
+    assert '{"page": 3, "of": 12}' in browser.text("running")
+    assert "SMTP 550: mailbox unavailable" in browser.text("failed")
+    assert browser.js("return document.querySelectorAll('#chart rect').length") == 120
+    assert "nightly-report" in browser.text("schedules") and "paused" in browser.text("schedules")
+
+    # A job that fails after the page opened shows up by itself (the page refreshes).
+    one(db, "SELECT tq_add('webhooks', '{}', '{\"id\": \"hook:77\", \"attempts\": 1}')")
+    claim(db, "webhooks", "hook-worker")
+    one(db, "SELECT tq_settle('hook:77', 1, 'error', 'HTTP 502 from hooks.example.com')")
+    browser.wait_for("hook:77", lambda: "hook:77" in browser.text("failed"))
+    assert "webhooks" in browser.text("queues")
+    browser.js("window.scrollTo(0, 0)")
+    save(browser, tmp_path, "dashboard.png")
+
+    # The failed jobs of a queue: its count in the queues table opens that list.
+    browser.click('a[data-list="reports:failed"]')
+    browser.wait_for("the failed reports", lambda: "report:q3" in browser.text("jobs"))
+    assert "Jobs · reports · failed" in browser.text("jobs-title")
+    assert "renderer crashed" in browser.text("jobs")
+    browser.js("document.getElementById('jobs-title').scrollIntoView()")
+    save(browser, tmp_path, "dashboard-lists.png")
+
+    # Open the failed job from the list and read its timeline.
+    browser.click('#jobs a[data-id="report:q3"]')
+    browser.wait_for("the job's timeline", lambda: "report-worker-2" in browser.text("job-timeline"))
+    assert browser.js("return location.pathname") == "/job/report%3Aq3"
+    assert browser.text("job-state") == "failed"
+    timeline = browser.text("job-timeline")
+    for words in ("running", "progress", "report-worker-1", "timeout talking to the renderer",
+                  '{"page":7,"of":12}', "failed"):
+        assert words in timeline, words
+    assert "fetch-rows" in browser.text("job-steps") and "pages 1-6" in browser.text("job-steps")
+    assert '"requested_by": "ada"' in browser.text("job-meta")
+    assert '"quarter": "Q3"' in browser.text("job-payload")
+    assert "2 of 2 charged" in browser.text("job-fields")
+    save(browser, tmp_path, "dashboard-job.png")
+
+    # Retry it: asked first; then it is waiting again.
+    browser.click('button[data-retry="report:q3"]')
+    browser.wait_for("the question", lambda: browser.js("return document.getElementById('confirm').open"))
+    assert "Retry job report:q3?" in browser.text("confirm-text")
+    browser.click("#confirm-yes")
+    browser.wait_for("report:q3 waiting", lambda: browser.text("job-state") == "waiting")
+    assert get(db, "report:q3")["state"] == "waiting"
+    assert "waiting" in browser.text("job-timeline").splitlines()[-1]
+
+    # Cancel a running one, from the front page; "Keep as is" first changes nothing.
+    browser.go(dashboard)
+    browser.wait_for("the running jobs", lambda: "invoice-pdf:1041" in browser.text("running"))
+    browser.click('#running button[data-cancel="invoice-pdf:1041"]')
+    browser.wait_for("the question", lambda: browser.js("return document.getElementById('confirm').open"))
+    browser.click("#confirm-no")
+    assert get(db, "invoice-pdf:1041")["state"] == "running"
+    browser.click('#running button[data-cancel="invoice-pdf:1041"]')
+    browser.wait_for("the question", lambda: browser.js("return document.getElementById('confirm').open"))
+    browser.click("#confirm-yes")
+    browser.wait_for("invoice-pdf:1041 gone", lambda: "invoice-pdf:1041" not in browser.text("running"))
+    assert get(db, "invoice-pdf:1041") is None
+    # Its page still tells its story: the job is gone, its events are kept.
+    browser.go(dashboard + "job/invoice-pdf%3A1041")
+    browser.wait_for("the cancelled job", lambda: "cancelled" in browser.text("job-state"))
+    assert [line.split("\t")[2] for line in browser.text("job-timeline").splitlines()] == \
+        ["waiting", "running", "progress", "cancelled"]
+    browser.go(dashboard)
+    browser.wait_for("the queues", lambda: "emails" in browser.text("queues"))
+
+    # Pause a queue.
+    browser.click('button[data-pause="emails"]')
+    browser.wait_for("the question", lambda: browser.js("return document.getElementById('confirm').open"))
+    browser.click("#confirm-yes")
+    browser.wait_for("emails paused", lambda: "paused" in browser.js(
+        "return document.querySelector('td[data-queue=\"emails\"]').parentNode.innerText"))
+    assert json.loads(one(db, "SELECT tq_queue('emails')"))["paused"] is True
+
+    # Edit a queue's limits in its dialog; then pause a schedule.
+    browser.click('button[data-limits="pdf"]')
+    browser.wait_for("the limits", lambda: browser.js("return document.getElementById('limits').open"))
+    browser.type("#limit-concurrency", "3")
+    browser.type("#limit-rate", "20/m")
+    browser.click("#limits-save")
+    browser.wait_for("the question", lambda: browser.js("return document.getElementById('confirm').open"))
+    assert '"concurrency":3' in browser.text("confirm-text")
+    browser.click("#confirm-yes")
+    browser.wait_for("the new limits", lambda: "concurrency 3, rate 20/60000ms" in browser.text("queues"))
+    settings = json.loads(one(db, "SELECT tq_queue('pdf')"))
+    assert (settings["concurrency"], settings["rate"]) == (3, "20/60000ms")
+    browser.click('button[data-schedule="nightly-report"]')
+    browser.wait_for("the question", lambda: browser.js("return document.getElementById('confirm').open"))
+    browser.click("#confirm-yes")
+    browser.wait_for("nightly-report paused", lambda: browser.js(
+        "return document.querySelector('button[data-schedule=\"nightly-report\"]').textContent") == "Resume")
+    assert [r[0] for r in db.execute("SELECT paused FROM tq_schedules WHERE name = 'nightly-report'")] == [1]
+
+    # Page through a list: the second page has other jobs.
+    browser.click('a[data-list="emails:done"]')
+    browser.wait_for("the done emails", lambda: "page 1" in browser.text("page-number")
+                     and "done" in browser.text("jobs-title"))
+    first = browser.js("return [...document.querySelectorAll('#jobs a')].map(a => a.dataset.id)")
+    assert len(first) == 50
+    browser.click("#page-next")
+    browser.wait_for("page 2", lambda: "page 2" in browser.text("page-number"))
+    second = browser.js("return [...document.querySelectorAll('#jobs a')].map(a => a.dataset.id)")
+    assert second and not set(first) & set(second)
+
+    # Paste an id into the search box: its page opens.
+    browser.type("#search-text", "welcome:ada")
+    browser.click("#search button")
+    browser.wait_for("welcome:ada's page", lambda: browser.js("return location.pathname") == "/job/welcome%3Aada")
+    browser.wait_for("its timeline", lambda: "SMTP 550" in browser.text("job-timeline"))
+    assert not browser.text("status").startswith("could not")

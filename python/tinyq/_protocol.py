@@ -161,7 +161,7 @@ def lease_pairs(runs: List[RunBase]) -> str:
 
 # -- waiting for work -----------------------------------------------------------------------
 
-WAIT_SLICE_MS = 90   # tq_wait polls every 1 ms for its first 100 ms, every 3 ms after
+WAIT_SLICE_MS = 250  # how often the waiter looks at stop(); tq_wait sleeps until the store is written
 WAITER_JOIN_S = 2.0  # the longest a stopping worker waits for its tq_wait thread to end
 
 

@@ -54,3 +54,15 @@ replies.work(async () => {}, { prefetch: '7' });
 // @ts-expect-error: step's answer keeps its type
 const wrong: number = await new Queue<Reply>('app.db', 'q').get('x')!.payload.messageId.toFixed();
 void wrong;
+
+// Each driver's Database, by the driver named
+const better = open('app.db', { driver: 'better-sqlite3' });
+better.pragma('journal_mode', { simple: true });
+const viaNode = new Queue(open('app.db', { driver: 'node:sqlite' }), 'replies', { driver: 'node:sqlite' });
+viaNode.db.enableLoadExtension(false);
+const viaBun = new Queue<Reply>('app.db', 'replies', { driver: 'bun:sqlite' });
+void viaBun.db;
+// @ts-expect-error: a driver tinyq does not know
+open('app.db', { driver: 'sqlite3' });
+// @ts-expect-error: not a Database
+new Queue({ prepare: 1 }, 'q');
