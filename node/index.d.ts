@@ -52,6 +52,21 @@ export interface AddOptions {
   attempts?: number;
   /** Kept beside the payload (a correlation id, a tenant, tags); handlers see it as run.meta. */
   meta?: Record<string, unknown>;
+  /** A job not started by then never starts: it fails with the error 'expired'. A time (ms
+   * since the epoch, ISO-8601 text or a Date) or a duration from now as text ('15m'). */
+  expires?: Time;
+  /** What an add of a present id does: 'keep' (the default: nothing), 'replace' (a job not
+   * started yet takes this add's payload and options) or 'debounce' (as replace, and its time
+   * becomes now + delay, never later than max_wait after the first add). Needs an id. */
+  on_conflict?: 'keep' | 'replace' | 'debounce';
+  /** With on_conflict 'debounce': the latest the job runs, counted from the add that created it. */
+  max_wait?: Duration;
+}
+
+/** addMany's options: add's for every job, and each job's own id. */
+export interface AddManyOptions extends Omit<AddOptions, 'id'> {
+  /** One id per payload, in order (as many as payloads). */
+  ids?: string[];
 }
 
 export interface Job<P = unknown, R = unknown> {
@@ -73,6 +88,8 @@ export interface Job<P = unknown, R = unknown> {
   ahead?: number;
   created_at: number;
   settled_at: number | null;
+  /** Its `expires` (ms), or null. */
+  expires: number | null;
   [key: string]: unknown;
 }
 
@@ -195,6 +212,8 @@ export class Queue<P = any, D extends SqliteDatabase = SqliteDatabase> {
   readonly db: D;
   readonly path: string | null;
   add(payload: P, options?: AddOptions): string;
+  /** Adds one job per payload in one transaction and one statement; returns their ids in order. */
+  addMany(payloads: P[], options?: AddManyOptions): string[];
   get<R = unknown>(id: string): Job<P, R> | null;
   cancel(id: string): boolean;
   retry(id: string): boolean;

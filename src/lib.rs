@@ -6,8 +6,10 @@
 #[macro_use]
 mod sqlite;
 mod claim;
+mod expiry;
 mod holders;
 mod jobs;
+mod keys;
 mod limits;
 mod options;
 mod pages;

@@ -5,6 +5,7 @@
 use std::time::Duration;
 
 use crate::claim;
+use crate::expiry;
 use crate::limits::windows;
 use crate::schedule;
 use crate::settings;
@@ -42,11 +43,15 @@ fn claimable(conn: &Conn, queue: &str, now: i64) -> Result<bool> {
     // Due but not yet moved in line, or a lease that ran out: the next claim takes them
     // (the claim's own probe). With limits, such a job may still not fit; that claim tells.
     let pending = claim::Pending::probe(conn, &q, now)?;
-    Ok(pending.due || pending.expired || schedule::next_at(conn, queue)?.is_some_and(|t| t <= now))
+    Ok(pending.due
+        || pending.expired
+        || pending.past_bound
+        || schedule::next_at(conn, queue)?.is_some_and(|t| t <= now))
 }
 
 /// When something in the queue next becomes due by the clock alone: a scheduled job, the
-/// end of a lease, or a start leaving the rate window.
+/// end of a lease, a start leaving the rate window, or a job reaching its `expires` (the
+/// claim that ends it is then due).
 fn next_due(conn: &Conn, queue: &str, now: i64) -> Result<Option<i64>> {
     let q = settings::load(conn, queue)?;
     let window = q.longest_window();
@@ -63,7 +68,8 @@ fn next_due(conn: &Conn, queue: &str, now: i64) -> Result<Option<i64>> {
              SELECT min(lease_until) FROM tinyq_jobs WHERE status = 'running' AND expires_at IS NULL AND queue = ?1 AND lease_until > ?2)",
         &[&queue, &now],
     )?;
-    Ok([clock, rate_frees, schedule::next_at(conn, queue)?].into_iter().flatten().min())
+    let bound = expiry::next_bound(conn, queue, now)?;
+    Ok([clock, rate_frees, schedule::next_at(conn, queue)?, bound].into_iter().flatten().min())
 }
 
 /// The store as a waiter finds it: None when a job of `queue` may be claimable now, else

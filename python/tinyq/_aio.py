@@ -26,7 +26,7 @@ import os
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Awaitable, Callable, Dict, List, Optional, Set, Tuple
+from typing import Any, Awaitable, Callable, Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
 from ._connection import OwnedConnection, open as open_conn
 from ._context import RunBase, current_run
@@ -317,10 +317,18 @@ class AsyncQueue:
 
     async def add(self, payload: Any, id: Optional[str] = None, delay: Any = None, at: Any = None,
                   group: Optional[str] = None, priority: Optional[int] = None,
-                  attempts: Optional[int] = None, meta: Optional[Dict[str, Any]] = None) -> str:
+                  attempts: Optional[int] = None, meta: Optional[Dict[str, Any]] = None,
+                  expires: Any = None, on_conflict: Optional[str] = None, max_wait: Any = None) -> str:
         """Add a job; returns its id (as Queue.add)."""
         return await self._q("add", payload, id=id, delay=delay, at=at, group=group,
-                             priority=priority, attempts=attempts, meta=meta)
+                             priority=priority, attempts=attempts, meta=meta, expires=expires,
+                             on_conflict=on_conflict, max_wait=max_wait)
+
+    async def add_many(self, payloads: Iterable[Any], ids: Optional[Sequence[str]] = None,
+                       **options: Any) -> List[str]:
+        """Add one job per payload in one transaction and one statement; returns their ids
+        (as Queue.add_many: the same options)."""
+        return await self._q("add_many", list(payloads), ids=ids, **options)
 
     async def get(self, id: str) -> Optional[Dict[str, Any]]:
         return await self._q("get", id)

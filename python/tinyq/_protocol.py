@@ -13,7 +13,7 @@ import time
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from ._context import Outcome, RunBase, error_text, is_busy
-from ._sql import _ms, _one, _rows
+from ._sql import _ms, _one, _rows, transaction
 
 log = logging.getLogger("tinyq")
 
@@ -155,21 +155,6 @@ def outcome_of_exception(exc: BaseException, errors: str) -> Tuple[Optional[str]
     if isinstance(exc, Outcome):
         return exc.outcome, exc.value
     return "error", error_text(exc, errors)
-
-
-def transaction(conn: Any, body: Callable[[], Any]) -> Any:
-    """body() inside BEGIN IMMEDIATE ... COMMIT (rolled back if it raises)."""
-    _rows(conn, "BEGIN IMMEDIATE")
-    try:
-        result = body()
-        _rows(conn, "COMMIT")
-        return result
-    except BaseException:
-        try:
-            _rows(conn, "ROLLBACK")
-        except Exception:
-            pass
-        raise
 
 
 # -- a run's own writes: steps and progress -------------------------------------------------

@@ -28,6 +28,17 @@ void next;
 replies.schedules().map((s) => s.paused);
 // @ts-expect-error: missed is 'latest', 'skip' or 'all'
 replies.schedule('d', '@daily', { messageId: 0 }, { missed: 'sometimes' });
+replies.add({ messageId: 7 }, { id: 'doc:7', on_conflict: 'debounce', delay: '30s', max_wait: '5m', expires: new Date() });
+const many: string[] = replies.addMany([{ messageId: 1 }, { messageId: 2 }], { ids: ['a', 'b'], expires: '1h' });
+void many;
+const bound: number | null = replies.get('doc:7')?.expires ?? null;
+void bound;
+// @ts-expect-error: on_conflict is 'keep', 'replace' or 'debounce'
+replies.add({ messageId: 1 }, { id: 'x', on_conflict: 'merge' });
+// @ts-expect-error: addMany takes ids, not one id
+replies.addMany([{ messageId: 1 }], { id: 'x' });
+// @ts-expect-error: addMany's payloads keep their type
+replies.addMany([{ messageId: 'one' }]);
 const o = new Outcome('retry', 1000);
 void o;
 
