@@ -94,7 +94,7 @@ def dashboard(db, db_path):
     assert "http://127.0.0.1:" in line, proc.stderr.read()
     yield line.split()[-3].rstrip("/") + "/"        # "...: http://127.0.0.1:PORT/ (Ctrl-C stops)"
     proc.send_signal(signal.SIGINT)
-    assert proc.wait(timeout=10) == 0
+    assert proc.wait(timeout=60) == 0
     assert proc.stderr.read() == ""
 
 
@@ -102,7 +102,7 @@ def http(url, body=None, headers=None):
     """(status, JSON or text) of a GET, or of a POST when there is a body."""
     request = urllib.request.Request(url, data=body, headers=headers or {})
     try:
-        with urllib.request.urlopen(request, timeout=10) as response:
+        with urllib.request.urlopen(request, timeout=60) as response:
             status, data, kind = response.status, response.read(), response.headers.get_content_type()
     except urllib.error.HTTPError as err:
         status, data, kind = err.code, err.read(), err.headers.get_content_type()
