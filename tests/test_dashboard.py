@@ -94,7 +94,7 @@ def dashboard(db, db_path):
     assert "http://127.0.0.1:" in line, proc.stderr.read()
     yield line.split()[-3].rstrip("/") + "/"        # "...: http://127.0.0.1:PORT/ (Ctrl-C stops)"
     proc.send_signal(signal.SIGINT)
-    assert proc.wait(timeout=10) == 0
+    assert proc.wait(timeout=60) == 0
     assert proc.stderr.read() == ""
 
 
@@ -102,7 +102,7 @@ def http(url, body=None, headers=None):
     """(status, JSON or text) of a GET, or of a POST when there is a body."""
     request = urllib.request.Request(url, data=body, headers=headers or {})
     try:
-        with urllib.request.urlopen(request, timeout=10) as response:
+        with urllib.request.urlopen(request, timeout=60) as response:
             status, data, kind = response.status, response.read(), response.headers.get_content_type()
     except urllib.error.HTTPError as err:
         status, data, kind = err.code, err.read(), err.headers.get_content_type()
@@ -267,6 +267,24 @@ def test_metrics_parse_as_prometheus_text(dashboard, db):
 
 # -- the page in headless Chromium --------------------------------------------------------
 
+PATIENCE = 60       # seconds: what the page may take to show something on a loaded machine
+# WebDriver's answers when the element found was replaced by a re-render, is not there yet or
+# is covered for a moment: finding it again and acting again is the cure.
+RETRIABLE = {"stale element reference", "no such element", "element click intercepted",
+             "element not interactable"}
+
+
+class WebDriverError(AssertionError):
+    """An error answer of chromedriver; .error is WebDriver's error code."""
+
+    def __init__(self, method, path, body):
+        super().__init__("WebDriver %s %s: %s" % (method, path, body[:500].decode(errors="replace")))
+        try:
+            self.error = json.loads(body)["value"]["error"]
+        except (ValueError, KeyError, TypeError):
+            self.error = None
+
+
 class Browser:
     """A headless Chromium session through chromedriver's WebDriver HTTP API."""
 
@@ -277,12 +295,8 @@ class Browser:
         self.driver = subprocess.Popen([CHROMEDRIVER, "--port=%d" % port],
                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         self.base = "http://127.0.0.1:%d" % port
-        for _ in range(100):
-            try:
-                if self._call("GET", "/status")["ready"]:
-                    break
-            except OSError:
-                time.sleep(0.1)
+        self.until("chromedriver", lambda: self._call("GET", "/status")["ready"],
+                   retry=lambda err: isinstance(err, OSError))
         args = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
                 "--no-first-run", "--disable-background-networking",
                 "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage",
@@ -300,7 +314,24 @@ class Browser:
             with urllib.request.urlopen(request, timeout=60) as response:
                 return json.loads(response.read())["value"]
         except urllib.error.HTTPError as err:
-            raise AssertionError("WebDriver %s %s: %s" % (method, path, err.read()[:500]))
+            raise WebDriverError(method, path, err.read()) from None
+
+    @staticmethod
+    def until(what, attempt, retry=lambda err: False, explain=lambda: ""):
+        """attempt()'s first true result, tried again (after a false result, or an error that
+        retry(error) accepts) until a deadline generous enough for a loaded machine."""
+        deadline = time.monotonic() + PATIENCE
+        while True:
+            try:
+                result = attempt()
+                if result:
+                    return result
+            except Exception as err:
+                if not retry(err) or time.monotonic() > deadline:
+                    raise
+            if time.monotonic() > deadline:
+                raise AssertionError("gave up waiting for %s%s" % (what, explain()))
+            time.sleep(0.1)
 
     def go(self, url):
         self._call("POST", self.session + "/url", {"url": url})
@@ -312,22 +343,24 @@ class Browser:
     def text(self, element_id):
         return self.js("return document.getElementById(arguments[0]).innerText", element_id)
 
-    def wait_for(self, what, predicate, timeout=10):
-        deadline = time.time() + timeout
-        while time.time() < deadline:
-            if predicate():
-                return
-            time.sleep(0.1)
-        raise AssertionError("the page did not show %s: %r" % (what, self.text("status")))
+    def wait_for(self, what, predicate):
+        return self.until(what, predicate, explain=lambda: ": the page says %r" % self.text("status"))
+
+    def act(self, css, action, body):
+        """Find the element and act on it as one step, again until it works: the page re-renders
+        itself every 1.5 s, so an element found may be replaced before the action reaches it
+        (WebDriver: "stale element reference"), or not be there yet."""
+        def attempt():
+            element = self._call("POST", self.session + "/element", {"using": "css selector", "value": css})
+            self._call("POST", self.session + "/element/%s/%s" % (next(iter(element.values())), action), body)
+            return True
+        self.until(css, attempt, retry=lambda err: getattr(err, "error", None) in RETRIABLE)
 
     def click(self, css):
-        element = self._call("POST", self.session + "/element",
-                             {"using": "css selector", "value": css})
-        self._call("POST", self.session + "/element/%s/click" % next(iter(element.values())), {})
+        self.act(css, "click", {})
 
     def type(self, css, text):
-        element = self._call("POST", self.session + "/element", {"using": "css selector", "value": css})
-        self._call("POST", self.session + "/element/%s/value" % next(iter(element.values())), {"text": text})
+        self.act(css, "value", {"text": text})
 
     def screenshot(self):
         return base64.b64decode(self._call("GET", self.session + "/screenshot"))
@@ -465,16 +498,25 @@ def test_the_page_in_headless_chromium(dashboard, db, tmp_path, browser):
         "return document.querySelector('button[data-schedule=\"nightly-report\"]').textContent") == "Resume")
     assert [r[0] for r in db.execute("SELECT paused FROM tq_schedules WHERE name = 'nightly-report'")] == [1]
 
-    # Page through a list: the second page has other jobs.
+    # Page through a list: the second page has other jobs. A refresh under way at a click
+    # may still draw the rows it had asked for under the new page number (the next one
+    # mends it), so the test waits for the rows themselves, read with the number.
+    def done_emails_on(page, besides=frozenset()):
+        """The ids listed, when the list shows that page, only done emails, and some id
+        not in `besides`."""
+        number, rows = browser.js(
+            "return [document.getElementById('page-number').innerText,"
+            " [...document.querySelectorAll('#jobs tr')].filter(tr => tr.querySelector('a'))"
+            ".map(tr => [tr.querySelector('a').dataset.id, tr.cells[1].innerText, tr.cells[2].innerText])]")
+        ids = {job for job, _, _ in rows}
+        shown = number == page and {(queue, state) for _, queue, state in rows} == {("emails", "done")}
+        return ids if shown and ids - besides else None
     browser.click('a[data-list="emails:done"]')
-    browser.wait_for("the done emails", lambda: "page 1" in browser.text("page-number")
-                     and "done" in browser.text("jobs-title"))
-    first = browser.js("return [...document.querySelectorAll('#jobs a')].map(a => a.dataset.id)")
-    assert len(first) == 50
+    first = browser.wait_for("page 1 of the done emails", lambda: done_emails_on("page 1"))
+    assert len(first) == 50 and "emails · done" in browser.text("jobs-title")
     browser.click("#page-next")
-    browser.wait_for("page 2", lambda: "page 2" in browser.text("page-number"))
-    second = browser.js("return [...document.querySelectorAll('#jobs a')].map(a => a.dataset.id)")
-    assert second and not set(first) & set(second)
+    second = browser.wait_for("page 2 of the done emails", lambda: done_emails_on("page 2", first))
+    assert not first & second
 
     # Paste an id into the search box: its page opens.
     browser.type("#search-text", "welcome:ada")
