@@ -284,7 +284,8 @@ test('the heartbeat renews every running job in one pass', async () => {
     await until(() => q.get(`j${i}`).state === 'running');
     await sleep(150);
   }
-  await sleep(1000); // past the first renewal
+  const first = [0, 1, 2].map((i) => q.get(`j${i}`).lease_until);
+  await until(() => [0, 1, 2].every((i) => q.get(`j${i}`).lease_until > first[i])); // renewed
   const leases = [0, 1, 2].map((i) => q.get(`j${i}`).lease_until);
   release();
   await until(() => [0, 1, 2].every((i) => q.get(`j${i}`).state === 'done'));
@@ -358,7 +359,8 @@ test('jobs claimed ahead are renewed while they wait and go back on stop, no try
   }, { prefetch: 2 });
   await until(() => started.length === 1);
   const leased = ids.map((id) => q.get(id).lease_until);
-  await sleep(1200); // past the end of the first leases
+  // the two claimed ahead are renewed while they wait (a wait for it, not for a time)
+  await until(() => ids.slice(1, 3).every((id, i) => q.get(id).lease_until > leased[i + 1]));
   const states = ids.map((id) => q.get(id).state);
   const renewed = ids.slice(1, 3).map((id, i) => q.get(id).lease_until > leased[i + 1]);
   const stopped = q.stop();
@@ -431,11 +433,11 @@ test('once work() has returned, nothing of the worker holds the database open', 
     q.add({ n: 1 });
     const working = q.work(() => {}, { poll: 3600000 }); // idle in an hour's tq_wait
     await sleep(stopAt);
-    await q.stop();
-    // stop() does not wait out the idle poll: work() returns within the test's time
+    // stop() does not wait out the idle poll: it and work() end within the test's time
     let timer;
     const outwaited = new Promise((resolve) => { timer = setTimeout(() => resolve('poll'), 120000); });
-    assert.equal(await Promise.race([working.then(() => 'stopped'), outwaited]), 'stopped');
+    const stopped = Promise.all([q.stop(), working]).then(() => 'stopped');
+    assert.equal(await Promise.race([stopped, outwaited]), 'stopped');
     clearTimeout(timer);
     q.close();
     assert.deepEqual(openHandles(q.path), [], `stopped after ${stopAt} ms`);
