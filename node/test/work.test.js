@@ -431,11 +431,12 @@ test('once work() has returned, nothing of the worker holds the database open', 
   for (const stopAt of [0, 50]) { // at once (the wake-up thread may not have started) and later
     const q = newQueue();
     q.add({ n: 1 });
-    const working = q.work(() => {}, { poll: 3600000 }); // idle in an hour's tq_wait
+    const working = q.work(() => {}, { poll: 300000 }); // idle in a 5 min tq_wait
     await sleep(stopAt);
-    // stop() does not wait out the idle poll: it and work() end within the test's time
+    // stop() does not wait out the idle poll: it and work() end well within it (a 60 s
+    // safety limit, so that a failure is seen before the poll would end the wait anyway)
     let timer;
-    const outwaited = new Promise((resolve) => { timer = setTimeout(() => resolve('poll'), 120000); });
+    const outwaited = new Promise((resolve) => { timer = setTimeout(() => resolve('poll'), 60000); });
     const stopped = Promise.all([q.stop(), working]).then(() => 'stopped');
     assert.equal(await Promise.race([stopped, outwaited]), 'stopped');
     clearTimeout(timer);
