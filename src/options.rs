@@ -101,9 +101,11 @@ impl Options {
         if let Ok(t) = time::parse_time(&text) {
             return Ok(Some(Moment::At(t)));
         }
+        // Text needs a unit here: a bare number could be meant as a time or as ms from now.
+        let has_unit = s.trim().ends_with(|c: char| c.is_ascii_alphabetic());
         match time::parse_duration(&text) {
-            Ok(d) => Ok(Some(Moment::After(d))),
-            Err(_) => bail!(
+            Ok(d) if has_unit => Ok(Some(Moment::After(d))),
+            _ => bail!(
                 "option \"{key}\": '{}' is neither a time (ms since the epoch, or ISO-8601 like '2026-11-29T12:00:00Z') nor a duration (like '10m')",
                 clip(s)
             ),

@@ -16,7 +16,7 @@ impl Conn {
     }
 }
 
-/// A duration: integer ms, or text such as '500ms', '30s', '10m', '1.5h', '7d'.
+/// A duration: integer ms, or text such as '500ms', '30s', '10m', '1.5h', '7d' ('5000' is ms).
 pub fn parse_duration(v: &Val) -> Result<i64, String> {
     let ms = match v {
         Val::Int(i) => *i,
@@ -52,7 +52,8 @@ fn parse_duration_text(s: &str) -> Result<i64, String> {
     let split = t.find(|c: char| c.is_ascii_alphabetic()).unwrap_or(t.len());
     let (num, unit) = t.split_at(split);
     let unit_ms = match unit {
-        "ms" => 1.0,
+        // A bare number in text is ms, as an integer argument is.
+        "" | "ms" => 1.0,
         "s" => 1_000.0,
         "m" => 60_000.0,
         "h" => 3_600_000.0,
@@ -146,11 +147,12 @@ mod tests {
         assert_eq!(d("1.5h"), Ok(5_400_000));
         assert_eq!(d("7d"), Ok(604_800_000));
         assert_eq!(parse_duration(&Val::Int(1234)), Ok(1234));
+        assert_eq!(d("5000"), Ok(5000));
     }
 
     #[test]
     fn bad_durations_name_the_value() {
-        for bad in ["", "250", "5 minutes", "10x", "-5s", "s", "1.2.3s", "ms5", "1e3s", "5S"] {
+        for bad in ["", "5 minutes", "10x", "-5s", "s", "1.2.3s", "ms5", "1e3s", "5S"] {
             let err = d(bad).unwrap_err();
             assert!(err.contains(&format!("'{bad}'")), "{bad}: {err}");
         }
