@@ -1,6 +1,7 @@
 //! The optional JSON `options` argument, and checks on plain arguments. Every message
 //! names the argument or key; the function wrapper adds the function's name.
 
+use serde::de::{Deserialize, Deserializer, MapAccess, Visitor};
 use serde_json::{Map, Value};
 
 use crate::sqlite::{Error, Result, Val};
@@ -22,9 +23,10 @@ impl Options {
     pub fn parse(v: Option<&Val>, allowed: &[&str]) -> Result<Options> {
         let map = match v {
             None | Some(Val::Null) => Map::new(),
-            Some(Val::Text(s)) => match serde_json::from_str::<Value>(s) {
-                Ok(Value::Object(m)) => m,
-                _ => bail!("options must be a JSON object like '{{\"delay\": \"10s\"}}', not '{}'", clip(s)),
+            Some(Val::Text(s)) => match serde_json::from_str::<Keys>(s) {
+                Ok(Keys { twice: Some(k), .. }) => bail!("options give the key \"{}\" twice", clip(&k)),
+                Ok(Keys { map, .. }) => map,
+                Err(_) => bail!("options must be a JSON object like '{{\"delay\": \"10s\"}}', not '{}'", clip(s)),
             },
             Some(other) => bail!("options must be a JSON object, not {}", other.kind()),
         };
@@ -125,6 +127,34 @@ impl Options {
             Some(v) => bail!("option \"{key}\" must not be {}", json_kind(v)),
         };
         parse(&v).map(Some).map_err(|e| Error::bad(format!("option \"{key}\": {e}")))
+    }
+}
+
+/// A JSON object read key by key, so that a key given twice is seen (serde_json keeps the last).
+struct Keys {
+    map: Map<String, Value>,
+    twice: Option<String>,
+}
+
+impl<'de> Deserialize<'de> for Keys {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Keys, D::Error> {
+        struct KeysVisitor;
+        impl<'de> Visitor<'de> for KeysVisitor {
+            type Value = Keys;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut a: A) -> std::result::Result<Keys, A::Error> {
+                let mut keys = Keys { map: Map::new(), twice: None };
+                while let Some((k, v)) = a.next_entry::<String, Value>()? {
+                    if keys.map.insert(k.clone(), v).is_some() && keys.twice.is_none() {
+                        keys.twice = Some(k);
+                    }
+                }
+                Ok(keys)
+            }
+        }
+        d.deserialize_map(KeysVisitor)
     }
 }
 
