@@ -71,28 +71,36 @@ fn parse_duration_text(s: &str) -> Result<i64, String> {
     Ok(ms.round() as i64)
 }
 
+/// Times tinyq accepts: from the Unix epoch to the end of year 9999, as ms or as ISO text alike.
+const TIME_RANGE: std::ops::RangeInclusive<i64> = 0..=253_402_300_799_999;
+
 /// A time: integer ms since the epoch, or ISO-8601 text ('2026-11-29T12:00:00Z').
 pub fn parse_time(v: &Val) -> Result<i64, String> {
-    match v {
-        Val::Real(f) if f.fract() == 0.0 && f.abs() < 9.0e15 => parse_time(&Val::Int(*f as i64)),
-        Val::Int(i) if (0..=253_402_300_799_999).contains(i) => Ok(*i),
-        Val::Int(i) => Err(format!("bad time {i}: out of range")),
-        Val::Text(s) => {
-            if let Ok(t) = chrono::DateTime::parse_from_rfc3339(s.trim()) {
-                return Ok(t.timestamp_millis());
-            }
-            for fmt in ["%Y-%m-%dT%H:%M:%S%.f", "%Y-%m-%d %H:%M:%S%.f", "%Y-%m-%dT%H:%M", "%Y-%m-%d %H:%M"] {
-                if let Ok(t) = chrono::NaiveDateTime::parse_from_str(s.trim(), fmt) {
-                    return Ok(t.and_utc().timestamp_millis());
-                }
-            }
-            if let Ok(d) = chrono::NaiveDate::parse_from_str(s.trim(), "%Y-%m-%d") {
-                return Ok(d.and_hms_opt(0, 0, 0).expect("midnight").and_utc().timestamp_millis());
-            }
-            Err(format!("bad time '{s}': expected ms since the epoch or ISO-8601 like '2026-11-29T12:00:00Z'"))
-        }
-        other => Err(format!("a time must be ms or ISO-8601 text, not {}", other.kind())),
+    let ms = match v {
+        Val::Real(f) if f.fract() == 0.0 && f.abs() < 9.0e15 => *f as i64,
+        Val::Int(i) => *i,
+        Val::Text(s) => parse_time_text(s)
+            .ok_or_else(|| format!("bad time '{s}': expected ms since the epoch or ISO-8601 like '2026-11-29T12:00:00Z'"))?,
+        other => return Err(format!("a time must be ms or ISO-8601 text, not {}", other.kind())),
+    };
+    if !TIME_RANGE.contains(&ms) {
+        return Err(format!("bad time {}: out of range (1970 to 9999)", show(v)));
     }
+    Ok(ms)
+}
+
+fn parse_time_text(s: &str) -> Option<i64> {
+    if let Ok(t) = chrono::DateTime::parse_from_rfc3339(s.trim()) {
+        return Some(t.timestamp_millis());
+    }
+    for fmt in ["%Y-%m-%dT%H:%M:%S%.f", "%Y-%m-%d %H:%M:%S%.f", "%Y-%m-%dT%H:%M", "%Y-%m-%d %H:%M"] {
+        if let Ok(t) = chrono::NaiveDateTime::parse_from_str(s.trim(), fmt) {
+            return Some(t.and_utc().timestamp_millis());
+        }
+    }
+    chrono::NaiveDate::parse_from_str(s.trim(), "%Y-%m-%d")
+        .ok()
+        .map(|d| d.and_hms_opt(0, 0, 0).expect("midnight").and_utc().timestamp_millis())
 }
 
 /// A rate 'N/duration': at most N starts in any window of that length. '10/s' means '10/1s'.
@@ -170,6 +178,7 @@ mod tests {
         assert_eq!(parse_time(&Val::Text("2026-11-29 12:00:00".into())), Ok(1_795_953_600_000));
         assert!(parse_time(&Val::Text("tomorrow".into())).unwrap_err().contains("'tomorrow'"));
         assert!(parse_time(&Val::Int(-1)).is_err());
+        assert!(parse_time(&Val::Text("1969-12-31T23:59:59Z".into())).unwrap_err().contains("'1969-12-31T23:59:59Z'"));
     }
 
     #[test]
