@@ -31,7 +31,7 @@ impl Options {
             Some(other) => bail!("options must be a JSON object, not {}", other.kind()),
         };
         if let Some(k) = map.keys().find(|k| !allowed.contains(&k.as_str())) {
-            bail!("unknown option \"{k}\" (known: {})", allowed.join(", "));
+            bail!("unknown option \"{}\" (known: {})", clip(k), allowed.join(", "));
         }
         Ok(Options(map))
     }
@@ -176,6 +176,11 @@ pub fn clip(s: &str) -> String {
     } else {
         format!("{}...", s.chars().take(60).collect::<String>())
     }
+}
+
+/// A text value as messages show it: quoted, and cut to a bounded length.
+pub fn quote(s: &str) -> String {
+    format!("'{}'", clip(s))
 }
 
 /// A required name (id, queue, group, step, worker): non-empty text up to MAX_NAME bytes.

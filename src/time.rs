@@ -1,5 +1,6 @@
 //! Times, durations, rates and backoff: pure logic, unit-tested here.
 
+use crate::options::quote;
 use crate::sqlite::{Conn, Val};
 
 /// The longest duration tinyq accepts anywhere: 100 years, far from i64 overflow.
@@ -39,7 +40,7 @@ fn check_duration(ms: i64, v: &Val) -> Result<i64, String> {
 
 fn show(v: &Val) -> String {
     match v {
-        Val::Text(s) => format!("'{s}'"),
+        Val::Text(s) => quote(s),
         Val::Int(i) => i.to_string(),
         Val::Real(f) => f.to_string(),
         other => other.kind().to_string(),
@@ -47,7 +48,7 @@ fn show(v: &Val) -> String {
 }
 
 fn parse_duration_text(s: &str) -> Result<i64, String> {
-    let bad = || format!("bad duration '{s}': expected a number and a unit among ms s m h d, like '30s'");
+    let bad = || format!("bad duration {}: expected a number and a unit among ms s m h d, like '30s'", quote(s));
     let t = s.trim();
     let split = t.find(|c: char| c.is_ascii_alphabetic()).unwrap_or(t.len());
     let (num, unit) = t.split_at(split);
@@ -66,7 +67,7 @@ fn parse_duration_text(s: &str) -> Result<i64, String> {
     let n: f64 = num.parse().map_err(|_| bad())?;
     let ms = n * unit_ms;
     if !ms.is_finite() || ms > MAX_DURATION_MS as f64 {
-        return Err(format!("bad duration '{s}': longer than 100 years"));
+        return Err(format!("bad duration {}: longer than 100 years", quote(s)));
     }
     Ok(ms.round() as i64)
 }
@@ -80,7 +81,7 @@ pub fn parse_time(v: &Val) -> Result<i64, String> {
         Val::Real(f) if f.fract() == 0.0 && f.abs() < 9.0e15 => *f as i64,
         Val::Int(i) => *i,
         Val::Text(s) => parse_time_text(s)
-            .ok_or_else(|| format!("bad time '{s}': expected ms since the epoch or ISO-8601 like '2026-11-29T12:00:00Z'"))?,
+            .ok_or_else(|| format!("bad time {}: expected ms since the epoch or ISO-8601 like '2026-11-29T12:00:00Z'", quote(s)))?,
         other => return Err(format!("a time must be ms or ISO-8601 text, not {}", other.kind())),
     };
     if !TIME_RANGE.contains(&ms) {
@@ -108,11 +109,11 @@ pub fn parse_rate(v: &Val) -> Result<(i64, i64), String> {
     let Val::Text(s) = v else {
         return Err(format!("a rate must be text like '10/s', not {}", v.kind()));
     };
-    let bad = || format!("bad rate '{s}': expected 'N/duration' like '10/s' or '600/1m'");
+    let bad = || format!("bad rate {}: expected 'N/duration' like '10/s' or '600/1m'", quote(s));
     let (n, per) = s.split_once('/').ok_or_else(bad)?;
     let n: i64 = n.trim().parse().map_err(|_| bad())?;
     if n < 1 {
-        return Err(format!("bad rate '{s}': N must be at least 1"));
+        return Err(format!("bad rate {}: N must be at least 1", quote(s)));
     }
     let per = per.trim();
     if !per.ends_with(|c: char| c.is_ascii_alphabetic()) {
@@ -121,7 +122,7 @@ pub fn parse_rate(v: &Val) -> Result<(i64, i64), String> {
     let per = if per.starts_with(|c: char| c.is_ascii_digit()) { per.to_string() } else { format!("1{per}") };
     let ms = parse_duration_text(&per).map_err(|_| bad())?;
     if ms < 1 {
-        return Err(format!("bad rate '{s}': the window must be at least 1ms"));
+        return Err(format!("bad rate {}: the window must be at least 1ms", quote(s)));
     }
     Ok((n, ms))
 }
