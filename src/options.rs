@@ -26,7 +26,9 @@ impl Options {
             Some(Val::Text(s)) => match serde_json::from_str::<Keys>(s) {
                 Ok(Keys { twice: Some(k), .. }) => bail!("options give the key \"{}\" twice", clip(&k)),
                 Ok(Keys { map, .. }) => map,
-                Err(_) => bail!("options must be a JSON object like '{{\"delay\": \"10s\"}}', not '{}'", clip(s)),
+                // Valid JSON of another type is a data error; anything else says what is wrong.
+                Err(e) if e.is_data() => bail!("options must be a JSON object, not {}", quote(s)),
+                Err(e) => bail!("options are not valid JSON ({e}): {}", quote(s)),
             },
             Some(other) => bail!("options must be a JSON object, not {}", other.kind()),
         };
@@ -64,6 +66,9 @@ impl Options {
                     bail!("option \"{key}\" must be from {lo} to {hi}, not {i}");
                 }
                 Ok(Some(i))
+            }
+            Some(Value::Number(n)) if n.is_u64() || n.as_f64().is_some_and(|f| f.fract() == 0.0) => {
+                bail!("option \"{key}\" must be from {lo} to {hi}, not {n}")
             }
             Some(v) => bail!("option \"{key}\" must be an integer, not {}", json_kind(v)),
         }
@@ -191,6 +196,7 @@ pub fn name(what: &str, v: &Val) -> Result<String> {
         Val::Text(s) if s.contains('\0') => bail!("{what} must not contain a NUL character"),
         Val::Text(s) => Ok(s.clone()),
         Val::Blob(_) => bail!("{what} must be valid UTF-8 text, not a blob"),
+        Val::BadText(_) => bail!("{what} must be valid UTF-8 text: its bytes are not"),
         other => bail!("{what} must be text, not {}", other.kind()),
     }
 }
@@ -204,8 +210,10 @@ pub fn int(what: &str, v: &Val, lo: i64, hi: i64) -> Result<i64> {
         Val::Int(i) => bail!("{what} must be from {lo} to {hi}, not {i}"),
         Val::Text(s) => match s.trim().parse::<i64>() {
             Ok(i) => int(what, &Val::Int(i), lo, hi),
-            Err(_) => bail!("{what} must be an integer, not '{}'", clip(s)),
+            Err(_) if s.trim().parse::<i128>().is_ok() => bail!("{what} must be from {lo} to {hi}, not {}", clip(s.trim())),
+            Err(_) => bail!("{what} must be an integer, not {}", quote(s)),
         },
+        Val::Real(f) if f.fract() == 0.0 => bail!("{what} must be from {lo} to {hi}, not {f}"),
         other => bail!("{what} must be an integer, not {}", other.kind()),
     }
 }
@@ -216,6 +224,7 @@ pub fn data(what: &str, v: &Val, allow_null: bool) -> Result<Val> {
         Val::Null if allow_null => Ok(Val::Null),
         Val::Null => bail!("{what} must not be NULL (use '{{}}' for an empty payload)"),
         Val::Blob(_) => bail!("{what} must be text or a number, not a blob"),
+        Val::BadText(_) => bail!("{what} must be valid UTF-8 text: its bytes are not"),
         v => Ok(v.clone()),
     }
 }
