@@ -224,6 +224,8 @@ pub fn data(what: &str, v: &Val, allow_null: bool) -> Result<Val> {
         Val::Null if allow_null => Ok(Val::Null),
         Val::Null => bail!("{what} must not be NULL (use '{{}}' for an empty payload)"),
         Val::Blob(_) => bail!("{what} must be text or a number, not a blob"),
+        // JSON has no Infinity: it would be stored, then shown as null.
+        Val::Real(f) if !f.is_finite() => bail!("{what} must be a finite number, not {f}"),
         Val::BadText(_) => bail!("{what} must be valid UTF-8 text: its bytes are not"),
         v => Ok(v.clone()),
     }
