@@ -210,7 +210,9 @@ pub fn int(what: &str, v: &Val, lo: i64, hi: i64) -> Result<i64> {
         Val::Int(i) => bail!("{what} must be from {lo} to {hi}, not {i}"),
         Val::Text(s) => match s.trim().parse::<i64>() {
             Ok(i) => int(what, &Val::Int(i), lo, hi),
-            Err(_) if s.trim().parse::<i128>().is_ok() => bail!("{what} must be from {lo} to {hi}, not {}", clip(s.trim())),
+            Err(_) if s.trim().parse::<i128>().is_ok() => {
+                bail!("{what} must be from {lo} to {hi}, not {}", clip(s.trim()))
+            }
             Err(_) => bail!("{what} must be an integer, not {}", quote(s)),
         },
         Val::Real(f) if f.fract() == 0.0 => bail!("{what} must be from {lo} to {hi}, not {f}"),

@@ -80,8 +80,9 @@ pub fn parse_time(v: &Val) -> Result<i64, String> {
     let ms = match v {
         Val::Real(f) if f.fract() == 0.0 && f.abs() < 9.0e15 => *f as i64,
         Val::Int(i) => *i,
-        Val::Text(s) => parse_time_text(s)
-            .ok_or_else(|| format!("bad time {}: expected ms since the epoch or ISO-8601 like '2026-11-29T12:00:00Z'", quote(s)))?,
+        Val::Text(s) => parse_time_text(s).ok_or_else(|| {
+            format!("bad time {}: expected ms since the epoch or ISO-8601 like '2026-11-29T12:00:00Z'", quote(s))
+        })?,
         other => return Err(format!("a time must be ms or ISO-8601 text, not {}", other.kind())),
     };
     if !TIME_RANGE.contains(&ms) {

@@ -51,7 +51,8 @@ impl Missed {
 
 /// An IANA zone such as 'Europe/Paris' (or 'UTC').
 pub fn parse_tz(name: &str) -> Result<Tz, String> {
-    Tz::from_str(name).map_err(|_| format!("unknown time zone {}: expected an IANA name such as 'Europe/Paris'", quote(name)))
+    Tz::from_str(name)
+        .map_err(|_| format!("unknown time zone {}: expected an IANA name such as 'Europe/Paris'", quote(name)))
 }
 
 impl Timing {

@@ -94,7 +94,8 @@ pub fn tq_schedule(conn: &Conn, args: &[Val]) -> Result<Out> {
              WHERE name = ?1 AND queue = ?2 AND expr = ?3 AND tz = ?4 AND paused = 0 AND next_at IS NOT NULL",
             &[&s.name, &s.queue, &s.when, &s.tz],
         )?;
-        let first = timing.first(now).ok_or_else(|| Error::bad(format!("when {} matches no time", options::quote(&s.when))))?;
+        let first =
+            timing.first(now).ok_or_else(|| Error::bad(format!("when {} matches no time", options::quote(&s.when))))?;
         // A kept due time later than the first one after now means the clock was set back
         // since: start again from now rather than wait for the clock to catch up.
         let next_at = kept.filter(|&k| k <= first).unwrap_or(first);

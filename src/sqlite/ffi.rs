@@ -97,7 +97,9 @@ pub unsafe fn set_result(ctx: *mut sqlite3_context, out: Out) {
         Out::Text(s) | Out::Val(Val::Text(s)) => {
             sql!(result_text64(ctx, s.as_ptr().cast::<c_char>(), s.len() as u64, transient(), 1));
         }
-        Out::Val(Val::Blob(b) | Val::BadText(b)) => sql!(result_blob64(ctx, b.as_ptr().cast::<c_void>(), b.len() as u64, transient())),
+        Out::Val(Val::Blob(b) | Val::BadText(b)) => {
+            sql!(result_blob64(ctx, b.as_ptr().cast::<c_void>(), b.len() as u64, transient()));
+        }
     }
 }
 
