@@ -72,7 +72,7 @@ impl Val {
                 let bytes = if p.is_null() { &[][..] } else { std::slice::from_raw_parts(p, n) };
                 match std::str::from_utf8(bytes) {
                     Ok(s) => Val::Text(s.to_owned()),
-                    Err(_) => Val::Blob(bytes.to_vec()),
+                    Err(_) => Val::BadText(bytes.to_vec()),
                 }
             }
             SQLITE_BLOB => {
@@ -97,7 +97,9 @@ pub unsafe fn set_result(ctx: *mut sqlite3_context, out: Out) {
         Out::Text(s) | Out::Val(Val::Text(s)) => {
             sql!(result_text64(ctx, s.as_ptr().cast::<c_char>(), s.len() as u64, transient(), 1));
         }
-        Out::Val(Val::Blob(b)) => sql!(result_blob64(ctx, b.as_ptr().cast::<c_void>(), b.len() as u64, transient())),
+        Out::Val(Val::Blob(b) | Val::BadText(b)) => {
+            sql!(result_blob64(ctx, b.as_ptr().cast::<c_void>(), b.len() as u64, transient()));
+        }
     }
 }
 
