@@ -7,7 +7,7 @@ use crate::settings;
 use crate::sqlite::Conn;
 use crate::sqlite::{Out, Result, Val};
 use crate::stats;
-use crate::{random, store};
+use crate::{marks, random, store};
 
 /// SQL: does queue `$queue` have group limits, so that a due grouped job is set aside until
 /// its group promotes it? The SQL twin of `Settings::has_group_limits`, for statements that
@@ -126,15 +126,17 @@ pub struct Row<'a> {
 /// Returns whether it was added. One statement, or two when the id's holder is past its window.
 pub fn insert(conn: &Conn, job: &Row, now: i64) -> Result<bool> {
     let status = if job.run_at > now { "scheduled" } else { "queued" };
+    let slot = marks::slot(job.id);
     let insert = || {
         conn.exec(
-            concat!("INSERT INTO tinyq_jobs (id, queue, status, grp, priority, run_at, budget, payload, meta, created_at, changed_at, attempt, parked)
+            concat!("INSERT INTO tinyq_jobs (id, queue, status, grp, priority, run_at, budget, payload, meta, created_at, changed_at, attempt, parked, slot)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?10,
-                     coalesce((SELECT attempt FROM tinyq_tombstones WHERE id = ?1), 0),
+                     -- attempts continue after those of the id's earlier jobs (JOB-05, marks.rs)
+                     CASE WHEN ?11 IS NULL THEN 0 ELSE coalesce((SELECT attempt FROM tinyq_marks WHERE slot = ?11), 0) END,
                      -- set aside until its group promotes it (limits/groups.rs)
-                     CASE WHEN ?4 IS NOT NULL AND ?3 = 'queued' THEN ", group_limited!("?2"), " ELSE 0 END)
+                     CASE WHEN ?4 IS NOT NULL AND ?3 = 'queued' THEN ", group_limited!("?2"), " ELSE 0 END, ?11)
              ON CONFLICT (id) DO NOTHING"),
-            &[&job.id, &job.queue, &status, job.group, &job.priority, &job.run_at, &job.budget, job.payload, job.meta, &now],
+            &[&job.id, &job.queue, &status, job.group, &job.priority, &job.run_at, &job.budget, job.payload, job.meta, &now, &slot],
         )
     };
     if insert()? > 0 {

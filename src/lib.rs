@@ -9,6 +9,7 @@ mod claim;
 mod holders;
 mod jobs;
 mod limits;
+mod marks;
 mod options;
 mod pages;
 mod queues;

@@ -1,0 +1,361 @@
+-- tinyq store, version 5 as it shipped: kept so that tests build version-5 stores and
+-- migrate them (sql/store.sql is the current version; sql/v1_store.sql to
+-- sql/v4_store.sql are versions 1 to 4).
+-- Every object is named tinyq_*; nothing else is touched.
+-- Value columns are declared BLOB: no affinity, so text such as '0012' is kept as given.
+
+CREATE TABLE tinyq_meta (
+  key   TEXT PRIMARY KEY,
+  value BLOB
+) WITHOUT ROWID;
+
+CREATE TABLE tinyq_queues (
+  name              TEXT PRIMARY KEY,
+  lease             INTEGER,   -- ms; NULL means the default
+  timeout           INTEGER,
+  attempts          INTEGER,
+  backoff           INTEGER,
+  backoff_max       INTEGER,
+  concurrency       INTEGER,
+  rate_n            INTEGER,
+  rate_ms           INTEGER,
+  group_concurrency INTEGER,
+  group_rate_n      INTEGER,
+  group_rate_ms     INTEGER,
+  dedupe            INTEGER,
+  keep              INTEGER,
+  paused            INTEGER NOT NULL DEFAULT 0
+) WITHOUT ROWID;
+
+CREATE TABLE tinyq_jobs (
+  seq         INTEGER PRIMARY KEY,                -- add order
+  id          TEXT NOT NULL UNIQUE,
+  queue       TEXT NOT NULL,
+  status      TEXT NOT NULL CHECK (status = 'scheduled' OR status = 'queued' OR status = 'running'
+                                   OR status = 'done' OR status = 'failed' OR status = 'cancelled'),
+  grp         TEXT,
+  priority    INTEGER NOT NULL DEFAULT 0,
+  run_at      INTEGER NOT NULL,
+  attempt     INTEGER NOT NULL DEFAULT 0,   -- number of the latest lease; the fence
+  tries       INTEGER NOT NULL DEFAULT 0,   -- attempts charged against the budget
+  budget      INTEGER,                      -- this job's own attempts; NULL = the queue's
+  lease_until INTEGER,                      -- set while an attempt holds or held an unsettled lease
+  deadline    INTEGER,                      -- the attempt's timeout
+  started_at  INTEGER,
+  worker      TEXT,
+  holder      INTEGER,                      -- tinyq_holders.id of the leasing process
+  payload     BLOB,
+  result      BLOB,
+  error       TEXT,
+  progress    BLOB,
+  created_at  INTEGER NOT NULL,
+  settled_at  INTEGER,
+  expires_at  INTEGER,                      -- done/failed only: when the id is freed
+  changed_at  INTEGER NOT NULL,             -- time of the latest state change (for its event)
+  note        BLOB                           -- detail of the latest state change (for its event)
+, meta        BLOB, parked INTEGER NOT NULL DEFAULT 0) -- meta: a JSON object kept beside the payload (version 3); parked: 1 for a due job set aside until its group has room (version 4); both written as ADD COLUMN writes them
+;
+
+-- Claim order (JOB-01) over due jobs. A claim walks only the jobs it may start
+-- (parked = 0): ungrouped jobs and the head of each group that has room (docs/design.md).
+CREATE INDEX tinyq_jobs_queued ON tinyq_jobs (queue, parked, priority DESC, run_at, seq, grp)
+  WHERE status = 'queued';
+-- The jobs set aside, per group in claim order: the next head of a group is the first here.
+CREATE INDEX tinyq_jobs_parked ON tinyq_jobs (queue, grp, priority DESC, run_at, seq)
+  WHERE status = 'queued' AND parked = 1;
+-- Jobs waiting for their time.
+CREATE INDEX tinyq_jobs_scheduled ON tinyq_jobs (queue, run_at) WHERE status = 'scheduled';
+-- Jobs that hold or held a lease: running ones by lease (expires_at NULL), with the group
+-- for per-group counts and the holder for DUR-02; done and failed ones by expiry (RET-01).
+CREATE INDEX tinyq_jobs_held ON tinyq_jobs (queue, status, expires_at, lease_until, grp, holder)
+  WHERE status = 'running' OR status = 'done' OR status = 'failed';
+
+CREATE TABLE tinyq_steps (
+  job        INTEGER NOT NULL,   -- tinyq_jobs.seq
+  name       TEXT NOT NULL,
+  value      BLOB,
+  attempt    INTEGER NOT NULL,
+  created_at INTEGER NOT NULL,
+  PRIMARY KEY (job, name)
+) WITHOUT ROWID;
+
+CREATE TABLE tinyq_events (
+  seq     INTEGER PRIMARY KEY,  -- commit order; the newest event is never swept, so it only grows
+  id      TEXT NOT NULL,
+  queue   TEXT NOT NULL,
+  state   TEXT NOT NULL,
+  attempt INTEGER NOT NULL,
+  at      INTEGER NOT NULL,
+  detail  BLOB
+);
+
+CREATE TABLE tinyq_starts (
+  queue TEXT NOT NULL,
+  grp   TEXT,
+  at    INTEGER NOT NULL
+);
+CREATE INDEX tinyq_starts_queue ON tinyq_starts (queue, at, grp);
+
+-- Counters per queue, kept by the triggers below (jobs per stored status) and by claims
+-- (starts in the rate window). `started` counts the queue's starts with at > `edge`: a
+-- claim moves `edge` to now - window and counts out, once each, the starts it passes.
+-- `gedge` is the same edge for the group rate window (the groups' own counts).
+-- `spill` (schema 5) says how the queue's line is counted for tq_get's `ahead`: NULL, one
+-- bucket of at most 1024 jobs, counted by `queued`; otherwise by tinyq_buckets, and it is
+-- what the latest change did there, for tinyq_counts_spilled to apply ('': nothing).
+CREATE TABLE tinyq_counts (
+  queue     TEXT PRIMARY KEY,
+  scheduled INTEGER NOT NULL DEFAULT 0,
+  queued    INTEGER NOT NULL DEFAULT 0,
+  running   INTEGER NOT NULL DEFAULT 0,
+  done      INTEGER NOT NULL DEFAULT 0,
+  failed    INTEGER NOT NULL DEFAULT 0,
+  started   INTEGER NOT NULL DEFAULT 0,
+  edge      INTEGER,
+  gedge     INTEGER
+, spill TEXT) WITHOUT ROWID; -- spill: version 5, written as ADD COLUMN writes it
+
+-- A line of over 1024 jobs, cut into buckets (schema 5), so that tq_get's `ahead` counts
+-- rather than walks (COST-01; docs/design.md). A bucket starts at the job (priority,
+-- run_at, seq) (NULL: the front of the line) whose claim-order key is `key` ('' for the
+-- first bucket; printf('%08x%d%016x%016x', 2147483647 - priority, run_at >= 0, run_at, seq)
+-- compares as (priority DESC, run_at, seq)); `n` counts the queued jobs, parked or not,
+-- from its key to the next bucket's. A bucket over 1024 jobs is cut at its 512th; an empty
+-- one goes (the first takes the next one's jobs); a line left with one bucket has no rows.
+CREATE TABLE tinyq_buckets (
+  queue    TEXT NOT NULL,
+  key      TEXT NOT NULL,
+  n        INTEGER,
+  priority INTEGER,
+  run_at   INTEGER,
+  seq      INTEGER,
+  PRIMARY KEY (queue, key)
+) WITHOUT ROWID;
+
+-- The buckets of a line, in spans of 1 to 64 buckets (a second level, so that summing the
+-- buckets before a job stays flat with the line): a span starts at `key` ('' the first)
+-- and holds the buckets from there to the next span, `buckets` of them with `n` jobs in all.
+-- Kept by the triggers on tinyq_buckets, from each row's change; a span over 64 buckets is
+-- cut at its 33rd, an empty one goes.
+CREATE TABLE tinyq_spans (
+  queue   TEXT NOT NULL,
+  key     TEXT NOT NULL,
+  n       INTEGER,
+  buckets INTEGER,
+  PRIMARY KEY (queue, key)
+) WITHOUT ROWID;
+
+-- One row per group of a queue with group limits that has due or running jobs: its
+-- running leases, its starts with at > the queue's gedge, and its head (the one job of
+-- the group a claim may take: parked = 0), NULL when the group has no room or no due job.
+CREATE TABLE tinyq_groups (
+  queue   TEXT NOT NULL,
+  grp     TEXT NOT NULL,
+  running INTEGER NOT NULL DEFAULT 0,
+  started INTEGER NOT NULL DEFAULT 0,
+  head    INTEGER,
+  dirty   INTEGER NOT NULL DEFAULT 0,
+  PRIMARY KEY (queue, grp)
+) WITHOUT ROWID;
+CREATE INDEX tinyq_groups_dirty ON tinyq_groups (queue, grp) WHERE dirty = 1;
+
+CREATE TABLE tinyq_holders (
+  id      INTEGER PRIMARY KEY,
+  machine TEXT NOT NULL,    -- machine id and boot id
+  pid     INTEGER NOT NULL,
+  started INTEGER NOT NULL, -- process start time, in clock ticks since boot
+  seen_at INTEGER NOT NULL,
+  UNIQUE (machine, pid, started)
+);
+
+-- Events: every state change is logged by these triggers, so no code path can forget one.
+-- The same triggers keep the counters (tinyq_counts, tinyq_groups) in step with the jobs, in
+-- the statement that changes them, so a claim or tq_stats reads a count instead of counting.
+CREATE TRIGGER tinyq_jobs_added AFTER INSERT ON tinyq_jobs BEGIN
+  INSERT INTO tinyq_events (id, queue, state, attempt, at, detail)
+  VALUES (NEW.id, NEW.queue,
+          CASE NEW.status WHEN 'queued' THEN 'waiting' ELSE NEW.status END,
+          NEW.attempt, NEW.changed_at, NEW.note);
+  INSERT OR IGNORE INTO tinyq_queues (name) VALUES (NEW.queue);
+  -- A job is added scheduled or waiting; its queue's counters row exists (tinyq_queues_added).
+  -- spill: see tinyq_counts. The job's key is computed only for a line cut into buckets:
+  -- `+ (spill IS NULL)` (0 where it is computed) keeps SQLite from computing it once up front,
+  -- as it does for an expression of NEW alone.
+  UPDATE tinyq_counts SET scheduled = scheduled + (NEW.status = 'scheduled'), queued = queued + (NEW.status = 'queued'),
+    spill = CASE WHEN NEW.status IS NOT 'queued' THEN CASE WHEN spill IS NULL THEN NULL ELSE '' END
+                 WHEN spill IS NOT NULL THEN '+' || printf('%08x%d%016x%016x', 2147483647 - NEW.priority, NEW.run_at >= 0, NEW.run_at, NEW.seq + (spill IS NULL))
+                 WHEN queued >= 1024 THEN '*' END
+  WHERE queue = NEW.queue;
+END;
+
+CREATE TRIGGER tinyq_queues_added AFTER INSERT ON tinyq_queues BEGIN
+  INSERT OR IGNORE INTO tinyq_counts (queue) VALUES (NEW.name);
+END;
+
+CREATE TRIGGER tinyq_jobs_changed AFTER UPDATE OF status, attempt ON tinyq_jobs
+WHEN OLD.status IS NOT NEW.status OR OLD.attempt IS NOT NEW.attempt BEGIN
+  INSERT INTO tinyq_events (id, queue, state, attempt, at, detail)
+  VALUES (NEW.id, NEW.queue,
+          CASE NEW.status WHEN 'queued' THEN 'waiting' ELSE NEW.status END,
+          NEW.attempt, NEW.changed_at, NEW.note);
+  UPDATE tinyq_counts SET
+    scheduled = scheduled + (NEW.status = 'scheduled') - (OLD.status = 'scheduled'),
+    queued = queued + (NEW.status = 'queued') - (OLD.status = 'queued'),
+    running = running + (NEW.status = 'running') - (OLD.status = 'running'),
+    done = done + (NEW.status = 'done') - (OLD.status = 'done'),
+    failed = failed + (NEW.status = 'failed') - (OLD.status = 'failed'),
+    spill = CASE WHEN spill IS NULL THEN CASE WHEN NEW.status = 'queued' AND queued >= 1024 THEN '*' END
+                 WHEN NEW.status = 'queued' THEN '+' || printf('%08x%d%016x%016x', 2147483647 - NEW.priority, NEW.run_at >= 0, NEW.run_at, NEW.seq + (spill IS NULL))
+                 WHEN OLD.status = 'queued' THEN '-' || printf('%08x%d%016x%016x', 2147483647 - OLD.priority, OLD.run_at >= 0, OLD.run_at, OLD.seq + (spill IS NULL)) ELSE '' END
+  WHERE queue = NEW.queue AND OLD.status IS NOT NEW.status;
+END;
+
+-- A change in a line cut into buckets: the job's bucket (the last one whose key is not
+-- after its own) gains or loses it; '*': the line grew past 1024 jobs and is cut (its one
+-- bucket gets a row, which tinyq_buckets_split then cuts; the '*' left in `spill` only says
+-- "cut"). A trigger of its own, with a WHEN: a line of one bucket pays one test per change.
+CREATE TRIGGER tinyq_counts_spilled AFTER UPDATE OF spill ON tinyq_counts WHEN NEW.spill <> '' BEGIN
+  INSERT OR IGNORE INTO tinyq_buckets (queue, key, n) SELECT NEW.queue, '', NEW.queued - 1 WHERE NEW.spill = '*';
+  UPDATE tinyq_buckets SET n = n + CASE WHEN NEW.spill LIKE '-%' THEN -1 ELSE 1 END
+  WHERE queue = NEW.queue AND key = CASE WHEN NEW.spill = '*' THEN '' ELSE (
+    SELECT key FROM tinyq_buckets WHERE queue = NEW.queue AND key <= substr(NEW.spill, 2) ORDER BY key DESC LIMIT 1) END;
+END;
+
+-- A bucket over 1024 jobs is cut at its 512th in line (the two ranges of the claim index,
+-- parked or not, merged in claim order): once per 512 jobs added to it.
+CREATE TRIGGER tinyq_buckets_split AFTER UPDATE OF n ON tinyq_buckets WHEN NEW.n > 1024 BEGIN
+  INSERT OR IGNORE INTO tinyq_buckets (queue, key, n, priority, run_at, seq)
+  SELECT NEW.queue, printf('%08x%d%016x%016x', 2147483647 - priority, run_at >= 0, run_at, seq), NEW.n - 512,
+         priority, run_at, seq
+  FROM (SELECT priority, run_at, seq FROM tinyq_jobs WHERE status = 'queued' AND queue = NEW.queue AND parked = 0
+          AND priority = NEW.priority AND run_at = NEW.run_at AND seq >= NEW.seq
+        UNION ALL SELECT priority, run_at, seq FROM tinyq_jobs WHERE status = 'queued' AND queue = NEW.queue
+          AND parked = 0 AND priority = NEW.priority AND run_at > NEW.run_at
+        UNION ALL SELECT priority, run_at, seq FROM tinyq_jobs WHERE status = 'queued' AND queue = NEW.queue
+          AND parked = 0 AND priority < ifnull(NEW.priority, 9223372036854775807)
+        UNION ALL SELECT priority, run_at, seq FROM tinyq_jobs WHERE status = 'queued' AND queue = NEW.queue AND parked = 1
+          AND priority = NEW.priority AND run_at = NEW.run_at AND seq >= NEW.seq
+        UNION ALL SELECT priority, run_at, seq FROM tinyq_jobs WHERE status = 'queued' AND queue = NEW.queue
+          AND parked = 1 AND priority = NEW.priority AND run_at > NEW.run_at
+        UNION ALL SELECT priority, run_at, seq FROM tinyq_jobs WHERE status = 'queued' AND queue = NEW.queue
+          AND parked = 1 AND priority < ifnull(NEW.priority, 9223372036854775807)
+        ORDER BY 1 DESC, 2, 3 LIMIT 1 OFFSET 512);
+  UPDATE tinyq_buckets SET n = 512 WHERE queue = NEW.queue AND key = NEW.key;
+END;
+
+-- A bucket's jobs, and the bucket itself, count in its span: the last one whose key is not
+-- after its own (the first bucket makes the first span).
+CREATE TRIGGER tinyq_buckets_added AFTER INSERT ON tinyq_buckets BEGIN
+  INSERT OR IGNORE INTO tinyq_spans (queue, key, n, buckets) SELECT NEW.queue, '', 0, 0 WHERE NEW.key = '';
+  UPDATE tinyq_spans SET n = n + NEW.n, buckets = buckets + 1 WHERE queue = NEW.queue AND key = (SELECT key FROM tinyq_spans WHERE queue = NEW.queue AND key <= NEW.key ORDER BY key DESC LIMIT 1);
+END;
+
+CREATE TRIGGER tinyq_buckets_counted AFTER UPDATE OF n ON tinyq_buckets WHEN NEW.n IS NOT OLD.n BEGIN
+  UPDATE tinyq_spans SET n = n + NEW.n - OLD.n WHERE queue = NEW.queue AND key = (SELECT key FROM tinyq_spans WHERE queue = NEW.queue AND key <= NEW.key ORDER BY key DESC LIMIT 1);
+END;
+
+CREATE TRIGGER tinyq_buckets_removed AFTER DELETE ON tinyq_buckets BEGIN
+  UPDATE tinyq_spans SET n = n - OLD.n, buckets = buckets - 1 WHERE queue = OLD.queue AND key = (SELECT key FROM tinyq_spans WHERE queue = OLD.queue AND key <= OLD.key ORDER BY key DESC LIMIT 1);
+END;
+
+-- A span over 64 buckets is cut at its 33rd (a walk of 32 rows, once per 32 buckets made);
+-- an empty one goes (the first only when the line has no buckets left).
+CREATE TRIGGER tinyq_spans_split AFTER UPDATE OF buckets ON tinyq_spans WHEN NEW.buckets > 64 BEGIN
+  INSERT OR IGNORE INTO tinyq_spans (queue, key, n, buckets)
+  SELECT NEW.queue, min(key), sum(n), count(*) FROM (SELECT key, n FROM tinyq_buckets
+    WHERE queue = NEW.queue AND key >= NEW.key ORDER BY key LIMIT NEW.buckets - 32 OFFSET 32);
+  UPDATE tinyq_spans SET buckets = 32, n = NEW.n - (SELECT s.n FROM tinyq_spans s WHERE s.queue = NEW.queue
+    AND s.key = (SELECT key FROM tinyq_buckets WHERE queue = NEW.queue AND key >= NEW.key ORDER BY key LIMIT 1 OFFSET 32))
+  WHERE queue = NEW.queue AND key = NEW.key;
+END;
+
+CREATE TRIGGER tinyq_spans_emptied AFTER UPDATE OF buckets ON tinyq_spans WHEN NEW.buckets = 0 BEGIN
+  DELETE FROM tinyq_spans WHERE queue = NEW.queue AND key = NEW.key;
+END;
+
+-- An empty bucket goes; when the first empties, the next one's jobs become the first's. A
+-- line left with one bucket is counted by tinyq_counts alone again.
+CREATE TRIGGER tinyq_buckets_emptied AFTER UPDATE OF n ON tinyq_buckets WHEN NEW.n = 0 BEGIN
+  UPDATE tinyq_buckets SET n = (SELECT n FROM tinyq_buckets WHERE queue = NEW.queue AND key > '' ORDER BY key LIMIT 1)
+  WHERE NEW.key = '' AND queue = NEW.queue AND key = ''
+    AND EXISTS (SELECT 1 FROM tinyq_buckets WHERE queue = NEW.queue AND key > '');
+  DELETE FROM tinyq_buckets WHERE queue = NEW.queue AND key = CASE WHEN NEW.key <> '' THEN NEW.key
+    ELSE (SELECT min(key) FROM tinyq_buckets WHERE queue = NEW.queue AND key > '') END;
+  UPDATE tinyq_counts SET spill = NULL WHERE queue = NEW.queue
+    AND NOT EXISTS (SELECT 1 FROM tinyq_buckets WHERE queue = NEW.queue AND key > '');
+  DELETE FROM tinyq_buckets WHERE queue = NEW.queue
+    AND NOT EXISTS (SELECT 1 FROM tinyq_buckets WHERE queue = NEW.queue AND key > '');
+END;
+
+-- A group of a queue with group limits has a row: its running leases, its head, and
+-- `dirty` when its room or its due jobs changed (the next claim promotes its next head).
+-- Triggers of their own, with a WHEN: ungrouped jobs skip them at the cost of one test.
+CREATE TRIGGER tinyq_jobs_parked_added AFTER INSERT ON tinyq_jobs WHEN NEW.parked = 1 BEGIN
+  INSERT INTO tinyq_groups (queue, grp, dirty) VALUES (NEW.queue, NEW.grp, 1)
+  ON CONFLICT (queue, grp) DO UPDATE SET dirty = 1;
+END;
+
+CREATE TRIGGER tinyq_jobs_grouped AFTER UPDATE OF status ON tinyq_jobs
+WHEN NEW.grp IS NOT NULL AND OLD.status IS NOT NEW.status BEGIN
+  INSERT INTO tinyq_groups (queue, grp, dirty) SELECT NEW.queue, NEW.grp, 1
+  WHERE NEW.parked = 1 OR EXISTS (SELECT 1 FROM tinyq_groups WHERE queue = NEW.queue AND grp = NEW.grp)
+  ON CONFLICT (queue, grp) DO UPDATE SET
+    running = running + (NEW.status = 'running') - (OLD.status = 'running'),
+    head = CASE WHEN head = OLD.seq THEN NULL ELSE head END,
+    dirty = 1;
+END;
+
+CREATE TRIGGER tinyq_jobs_progressed AFTER UPDATE OF progress ON tinyq_jobs BEGIN
+  INSERT INTO tinyq_events (id, queue, state, attempt, at, detail)
+  VALUES (NEW.id, NEW.queue, 'progress', NEW.attempt, NEW.changed_at, NEW.progress);
+END;
+
+CREATE TRIGGER tinyq_jobs_removed AFTER DELETE ON tinyq_jobs BEGIN
+  DELETE FROM tinyq_steps WHERE job = OLD.seq;
+  -- A cancelled job was counted out when it was marked; done and failed ones go here.
+  UPDATE tinyq_counts SET done = done - (OLD.status = 'done'), failed = failed - (OLD.status = 'failed'),
+    scheduled = scheduled - (OLD.status = 'scheduled'), queued = queued - (OLD.status = 'queued'),
+    running = running - (OLD.status = 'running'),
+    spill = CASE WHEN spill IS NULL THEN NULL WHEN OLD.status = 'queued' THEN '-' || printf('%08x%d%016x%016x', 2147483647 - OLD.priority, OLD.run_at >= 0, OLD.run_at, OLD.seq + (spill IS NULL)) ELSE '' END
+  WHERE queue = OLD.queue AND OLD.status <> 'cancelled';
+END;
+
+-- A cancelled job's id may be added again at once, while the cancelled attempt's worker
+-- still runs. The new job's attempts continue after the old ones, so that worker's calls
+-- (id, old attempt) can never match the new job (CAN-01, JOB-05).
+CREATE TABLE tinyq_tombstones (
+  id      TEXT PRIMARY KEY,
+  attempt INTEGER NOT NULL,
+  at      INTEGER NOT NULL
+) WITHOUT ROWID;
+
+CREATE INDEX tinyq_tombstones_at ON tinyq_tombstones (at);
+
+CREATE TRIGGER tinyq_jobs_cancel_tombstone AFTER DELETE ON tinyq_jobs
+WHEN OLD.status = 'cancelled' AND OLD.attempt > 0 BEGIN
+  INSERT OR REPLACE INTO tinyq_tombstones (id, attempt, at) VALUES (OLD.id, OLD.attempt, OLD.changed_at);
+END;
+
+-- Periodic jobs (version 3). Each due time of a schedule becomes one job of its queue, with
+-- the id '<name>@<due time, ISO-8601 UTC>', added by the next claim on that queue (CRON-01).
+CREATE TABLE tinyq_schedules (
+  name       TEXT PRIMARY KEY,
+  queue      TEXT NOT NULL,
+  expr       TEXT NOT NULL,               -- `when` as given: a cron expression, @every <duration>, @daily...
+  tz         TEXT NOT NULL,               -- IANA zone the cron expression is read in
+  payload    BLOB,
+  priority   INTEGER NOT NULL DEFAULT 0,
+  grp        TEXT,
+  budget     INTEGER,                     -- the jobs' attempts; NULL = the queue's
+  meta       BLOB,                        -- the jobs' meta (a JSON object)
+  missed     TEXT NOT NULL CHECK (missed = 'latest' OR missed = 'skip' OR missed = 'all'),
+  paused     INTEGER NOT NULL DEFAULT 0,
+  next_at    INTEGER,                     -- the next due time not yet added; NULL: none ever again
+  last_at    INTEGER,                     -- due time of the latest job added
+  last_id    TEXT,                        -- id of the latest job added
+  created_at INTEGER NOT NULL,
+  changed_at INTEGER NOT NULL
+) WITHOUT ROWID;
+
+-- What a claim on a queue looks up first: its live schedules' next due times.
+CREATE INDEX tinyq_schedules_due ON tinyq_schedules (queue, next_at) WHERE paused = 0;
