@@ -79,7 +79,22 @@ fn parse_add(args: &[Val]) -> Result<NewJob> {
     if job.id.as_deref().is_some_and(|id| id.starts_with("tq_")) {
         bail!("option \"id\" must not start with 'tq_': that prefix is reserved for generated ids");
     }
+    if let Some(id) = job.id.as_deref().filter(|id| is_schedule_id(id)) {
+        bail!(
+            "option \"id\" must not end in '@' and a UTC time ('{}'): that form is reserved for the jobs of schedules",
+            options::clip(id)
+        );
+    }
     Ok(job)
+}
+
+/// Does `id` have the form of a schedule's job id, `<name>@<due time in ISO-8601 UTC>`
+/// (src/schedule/, which adds such jobs through `insert`)? Any UTC spelling of the time
+/// counts, so that no chosen id can take a schedule's due time (CRON-01).
+fn is_schedule_id(id: &str) -> bool {
+    id.rsplit_once('@').is_some_and(|(_, at)| {
+        chrono::DateTime::parse_from_rfc3339(at).is_ok_and(|t| t.offset().local_minus_utc() == 0)
+    })
 }
 
 /// tq_add(queue, payload [, options]) -> id
