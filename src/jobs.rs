@@ -7,7 +7,7 @@ use crate::settings;
 use crate::sqlite::Conn;
 use crate::sqlite::{Out, Result, Val};
 use crate::stats;
-use crate::{marks, random, store};
+use crate::{json, marks, random, store};
 
 /// SQL: does queue `$queue` have group limits, so that a due grouped job is set aside until
 /// its group promotes it? The SQL twin of `Settings::has_group_limits`, for statements that
@@ -215,25 +215,28 @@ pub fn tq_get(conn: &Conn, args: &[Val]) -> Result<Out> {
                 "lease_until": st.opt_int(10),
                 "deadline": st.opt_int(11),
                 "worker": st.text(12),
-                "payload": st.val(13).to_json(),
-                "meta": st.val(19).to_json(),
-                "result": st.val(14).to_json(),
                 "error": st.text(15),
-                "progress": st.val(16).to_json(),
                 "created_at": st.int(17),
                 "settled_at": st.opt_int(18),
             });
-            (job, queue, status, place)
+            // Written as stored (json.rs): [payload, meta, result, progress].
+            let stored = [st.val(13), st.val(19), st.val(14), st.val(16)];
+            (job, stored, queue, status, place)
         },
     )?;
-    let Some((mut obj, queue, status, place)) = found else { return Ok(Out::Null) };
+    let Some((mut obj, stored, queue, status, place)) = found else { return Ok(Out::Null) };
     if obj["attempts"].is_null() {
         obj["attempts"] = settings::load(conn, &queue)?.attempts().into();
     }
     if obj["state"] == "waiting" {
         obj["ahead"] = stats::ahead(conn, &queue, place, status == "queued", now)?.into();
     }
-    Ok(Out::Text(obj.to_string()))
+    obj["payload_type"] = json::kind(&stored[0]).into();
+    let [payload, meta, result, progress] = &stored;
+    Ok(Out::Text(json::object(
+        obj,
+        &[("payload", payload), ("meta", meta), ("result", result), ("progress", progress)],
+    )))
 }
 
 /// tq_cancel(id) -> 1 or 0. The job is marked (watchers see `cancelled`) and removed.

@@ -8,6 +8,7 @@ mod sqlite;
 mod claim;
 mod holders;
 mod jobs;
+mod json;
 mod limits;
 mod marks;
 mod options;
