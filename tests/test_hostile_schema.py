@@ -16,25 +16,14 @@ import sqlite3
 
 import pytest
 
-from conftest import claim, connect, get, one, snapshot
+from conftest import connect, get, one, snapshot
+from test_security import DIRECT_CALLS, store  # noqa: F401 (a fixture)
 
-# Calls that would each change the victim's store (or its clock) if they ran.
-CALLS = {
-    "tq_settle": "tq_settle('held', 1, 'fail', 'pwned')",
-    "tq_renew": "tq_renew('held', 1, '1h')",
-    "tq_step_put": "tq_step_put('held', 1, 'step', 'evil')",
-    "tq_progress": "tq_progress('held', 1, '99')",
-    "tq_retry": "tq_retry('failed')",
-    "tq_queue": "tq_queue('q', '{\"paused\": true}')",
-    "tq_sweep": "tq_sweep()",
-    "tq_clock": "tq_clock('2100-01-01T00:00:00Z')",
-    "tq_schedule": "tq_schedule('evil', 'q', '* * * * *', '{}')",
-    "tq_unschedule": "tq_unschedule('kept')",
-    "tq_wait": "tq_wait('q', 0)",
-    "tq_add": "tq_add('q', '{\"evil\": 1}', '{\"id\": \"evil\"}')",
-    "tq_cancel": "tq_cancel('waits')",
-    "tq_claim": "(SELECT count(*) FROM tq_claim('q', 'evil', 10))",
-}
+# Calls that would each change the victim's store (or its clock) if they ran: the
+# DIRECTONLY ones, and tq_add, tq_cancel and a claim.
+CALLS = dict(DIRECT_CALLS, tq_clock="tq_clock('2100-01-01T00:00:00Z')",
+             tq_add="tq_add('q', '{\"evil\": 1}', '{\"id\": \"evil\"}')", tq_cancel="tq_cancel('waits')",
+             tq_claim="(SELECT count(*) FROM tq_claim('q', 'evil', 10))")
 # tq_add and tq_cancel may run from the schema with trusted_schema on (documented).
 TRUSTED_OK = {"tq_add", "tq_cancel"}
 
@@ -71,19 +60,10 @@ def write_hostile(path, kind, call):
 
 
 @pytest.fixture
-def victim(db):
-    """A store with a running job 'held' (attempt 1, a step kept), a waiting job 'waits',
-    a failed job 'failed' and a schedule 'kept'."""
-    one(db, "SELECT tq_queue('q', '{\"lease\": \"1h\"}')")
-    one(db, "SELECT tq_add('q', '{}', '{\"id\": \"failed\", \"priority\": 9}')")
-    (f,) = claim(db, "q", "w0", 1)
-    assert one(db, "SELECT tq_settle(?, ?, 'fail', 'x')", f["id"], f["attempt"]) == 1
-    one(db, "SELECT tq_add('q', '{}', '{\"id\": \"held\"}')")
-    (h,) = claim(db, "q", "w1", 1)
-    assert (h["id"], h["attempt"]) == ("held", 1)
-    one(db, "SELECT tq_add('q', '{}', '{\"id\": \"waits\"}')")
-    one(db, "SELECT tq_schedule('kept', 'other', '@daily', '{}')")
-    return db
+def victim(store):
+    """test_security's store: a running job 'held' (attempt 1, a step kept), a waiting job
+    'waits', a failed job 'failed' and a schedule 'kept'."""
+    return store
 
 
 def run_against(victim, path, kind, trusted):
