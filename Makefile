@@ -4,7 +4,7 @@ PY ?= /usr/bin/python3
 CARGO ?= cargo
 EXT := dist/tinyq.so
 
-.PHONY: all loadable deps demo test test-rust test-python test-python-current test-node test-cluster soak bench bench-quick screenshots clean \
+.PHONY: all loadable deps demo test test-rust test-python test-python-current test-node test-node-drivers test-drivers test-cluster soak bench bench-quick screenshots clean \
 	install uninstall wheel npm-pack test-npm-package
 
 all: loadable
@@ -55,7 +55,7 @@ fuzz: $(EXT)
 demo: $(EXT)
 	$(PY) examples/demo.py
 
-test: $(EXT) test-rust test-python test-node test-cluster test-python-current
+test: $(EXT) test-rust test-python test-node test-node-drivers test-drivers test-cluster test-python-current
 
 test-rust: deps
 	$(CARGO) test --release --lib
@@ -81,27 +81,40 @@ node/node_modules: node/package.json
 test-node: $(EXT) node/node_modules
 	cd node && node --test test/
 
+# The same Node tests on node:sqlite (a Node 24 from npm) and on Bun's bun:sqlite and node:sqlite
+# (Bun from npm), installed once under target/drivers/npm. About 2.5 minutes, one after another.
+test-node-drivers: $(EXT) node/node_modules
+	bash tests/drivers/node_helper_suite.sh
+
+# One scenario (tests/drivers/scenario.json) through every driver of docs/drivers.md, and PHP's
+# query() trap pinned; installs what is missing (Debian, Bun/Deno from npm, rusqlite from
+# crates.io), builds under target/drivers/. Warm: a few seconds. TINYQ_DRIVERS="php go" for some.
+test-drivers: $(EXT) node/node_modules
+	PY=$(PY) bash tests/drivers/run.sh
+
 # Three dqlite nodes on 127.0.0.1 (Debian go-dqlite + libdqlite0, installed if missing) with
 # tinyq preloaded; the leader is SIGKILLed mid-work. About 15 s.
 test-cluster: $(EXT)
 	$(PY) tests/cluster/run_cluster.py
 
 # Python and Node producers, 8 workers SIGKILLed at random, limits on, for 10 minutes, audited
-# from tq_watch (tests/soak.py; a 60-second version runs in make test: tests/test_soak.py).
+# from tq_watch (tests/support/soak.py; a 60-second version runs in make test: tests/test_soak.py).
 SOAK_SECONDS ?= 600
 soak: $(EXT) node/node_modules
-	$(PY) tests/soak.py --seconds $(SOAK_SECONDS)
+	$(PY) tests/support/soak.py --seconds $(SOAK_SECONDS)
 
 # tinyq beside a hand-written SQL queue and the peers (honker, litequeue, persist-queue,
 # huey; set up under bench/work/ on first run): bench/results/latest.md and peers.md.
 # bench/workers.py: the worker helpers (threads, asyncio, Node) beside huey's consumer,
 # liteque and plainjob (npm, under bench/work/node/): bench/results/workers.md.
+# bench/idle.py: CPU of 1, 20 and 100 idle work() calls and the add-to-start latency: bench/results/idle.md.
 # bench/scale.py: the cost of one call as the store grows (COST-01): bench/results/scale.md and scale.png.
 bench: $(EXT) node/node_modules
 	$(PY) bench/lifecycle.py
 	$(PY) bench/lifecycle.py --floor-variants
 	$(PY) bench/peers.py
 	$(PY) bench/workers.py
+	$(PY) bench/idle.py
 	$(PY) bench/scale.py
 	$(PY) bench/durability.py
 
@@ -110,6 +123,7 @@ bench-quick: $(EXT) node/node_modules
 	$(PY) bench/lifecycle.py --quick --floor-variants
 	$(PY) bench/peers.py --quick
 	$(PY) bench/workers.py --quick
+	$(PY) bench/idle.py --quick
 	$(PY) bench/scale.py --quick
 	$(PY) bench/durability.py --quick
 

@@ -6,9 +6,11 @@
 #[macro_use]
 mod sqlite;
 mod claim;
+mod expiry;
 mod holders;
 mod jobs;
 mod json;
+mod keys;
 mod limits;
 mod marks;
 mod options;
@@ -25,6 +27,7 @@ mod sweep;
 mod tables;
 mod time;
 mod wait;
+mod wake;
 mod wal;
 
 use std::ffi::c_int;

@@ -8,8 +8,8 @@ import json
 
 import pytest
 
-from conftest import DAY, HOUR, MIN, T0, add, claim, connect, get, one, pin, settle, setq, snapshot
-from proc_worker import Holder
+from helpers import DAY, HOUR, MIN, T0, add, claim, connect, get, one, pin, settle, setq, snapshot
+from support.proc_worker import Holder
 
 
 def stale_calls_change_nothing(db, jid, attempt):

@@ -12,7 +12,7 @@ import sqlite3
 
 import pytest
 
-from conftest import T0, add, claim, get, one, pin, setq, snapshot
+from helpers import T0, add, claim, get, one, pin, setq, snapshot
 
 
 @pytest.fixture

@@ -16,7 +16,7 @@ import sqlite3
 
 import pytest
 
-from conftest import connect, get, one, snapshot
+from helpers import connect, get, one, snapshot
 from test_security import DIRECT_CALLS, store  # noqa: F401 (a fixture)
 
 # Calls that would each change the victim's store (or its clock) if they ran: the

@@ -1,6 +1,6 @@
 """A store written by an older tinyq is migrated forward on first write, keeping its jobs.
 
-The old store is built from the old schema script itself (sql/v1_store.sql, sql/v2_store.sql)
+The old store is built from the old schema script itself (tests/fixtures/v1_store.sql, v2_store.sql ...)
 with rows as that tinyq wrote them, without the extension; then the current build opens it.
 """
 import json
@@ -9,7 +9,7 @@ import sqlite3
 
 import pytest
 
-from conftest import ROOT, check_buckets, claim, connect, get, one, plain_ahead
+from helpers import ROOT, check_buckets, claim, connect, get, one, plain_ahead
 
 NOW = 1_900_000_000_000
 CURRENT = 6  # the schema version this build creates
@@ -19,7 +19,7 @@ DAY = 86_400_000
 def v1_store(path, version=1):
     """A store as tinyq `version` left it (the job rows are the same in versions 1 to 3)."""
     db = sqlite3.connect(path, isolation_level=None)
-    with open(os.path.join(ROOT, "sql", f"v{version}_store.sql")) as f:
+    with open(os.path.join(ROOT, "tests", "fixtures", f"v{version}_store.sql")) as f:
         db.executescript(f.read())
     db.execute("INSERT INTO tinyq_meta VALUES ('schema_version', ?)", (version,))
     db.execute("CREATE TABLE app_orders (id INTEGER PRIMARY KEY, total INTEGER)")
@@ -220,4 +220,21 @@ def test_JOB_05_a_migrated_store_keeps_the_attempts_of_its_ids(tmp_path, version
     one(db, "SELECT tq_add('q', '{}', '{\"id\": \"running-1\"}')")
     assert [r["attempt"] for r in claim(db, "q", "w", 5) if r["id"] == "running-1"] == [2]
     assert one(db, "SELECT tq_settle('running-1', 1, 'done')") == 0
+    db.close()
+
+
+def test_v5_store_takes_expires_and_replace_after_its_migration(tmp_path):
+    """Schema 6 keeps tq_add's `expires` per job and replaces jobs (EXP-01, KEY-01): jobs from
+    before have no bound; new ones expire, and a replace moves a job of the old store."""
+    path = str(tmp_path / "old.db")
+    v1_store(path, 5)
+    db = connect(path)
+    one(db, "SELECT tq_clock(?)", NOW)
+    one(db, "SELECT tq_add('q', '{}', '{\"id\": \"bounded\", \"expires\": \"1m\"}')")
+    assert get(db, "waiting-1")["expires"] is None and get(db, "bounded")["expires"] == NOW + 60_000
+    one(db, "SELECT tq_add('q', '{\"n\": 9}', '{\"id\": \"waiting-1\", \"on_conflict\": \"replace\", \"priority\": 1}')")
+    assert (get(db, "waiting-1")["payload"], get(db, "waiting-1")["priority"]) == ({"n": 9}, 1)
+    one(db, "SELECT tq_clock(?)", NOW + 60_000)
+    assert [r["id"] for r in claim(db, "q", "w", 10)] == ["waiting-1"]
+    assert get(db, "bounded")["error"] == "expired"
     db.close()

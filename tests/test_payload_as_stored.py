@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from conftest import claim, get, one
+from helpers import claim, get, one
 
 DEEP = "[" * 200 + "]" * 200
 PAYLOADS = [

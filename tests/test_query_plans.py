@@ -19,7 +19,7 @@ import sys
 
 import pytest
 
-from conftest import DAY, EXT, ROOT, T0, add, claim, connect, one, pin, setq
+from helpers import DAY, EXT, ROOT, T0, add, claim, connect, one, pin, setq
 
 # (fragment of the statement's SQL, fragment of the plan step, why it is fine)
 ALLOWED = [
@@ -120,7 +120,7 @@ def from_an_old_store(path):
     written without tinyq: the workload's first write migrates it, through tinyq's own part
     of the upgrade (src/marks.rs)."""
     old = sqlite3.connect(path, isolation_level=None)
-    with open(os.path.join(ROOT, "sql", "v5_store.sql")) as f:
+    with open(os.path.join(ROOT, "tests", "fixtures", "v5_store.sql")) as f:
         old.executescript(f.read())
     old.execute("INSERT INTO tinyq_meta VALUES ('schema_version', 5)")
     old.execute("INSERT INTO tinyq_jobs (id, queue, status, run_at, payload, created_at, changed_at)"
@@ -147,6 +147,10 @@ def workload(conn, path):
     add(conn, "q", "{}", id="later", delay="30s")
     add(conn, "q", "{}", id="at", at=T0 + 5000, attempts=2)
     add(conn, "q", "{}", id="at")  # idempotent: the id exists
+    add(conn, "q", "{}", id="at", on_conflict="replace", at=T0 + 5000, attempts=2, priority=1)
+    add(conn, "q", "{}", id="bounded", expires="30s")  # past its bound at the claims of T0 + 61 s
+    for group in ("g0", "g1"):
+        add(conn, "q", "{}", id="deb", on_conflict="debounce", delay="1s", max_wait="1m", group=group)
     add(conn, "plain", "1")
     add(conn, "plain", "2", id="dup")
     add(conn, "plain", "2", id="dup")
@@ -157,6 +161,7 @@ def workload(conn, path):
     one(conn, "WITH RECURSIVE c(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM c WHERE i < 1100)"
              " SELECT count(tq_add('long', '{}', json_object('id', 'long-' || i))) FROM c")
     one(conn, "SELECT tq_get('long-600')")
+    add(conn, "long", "{}", id="long-600", on_conflict="replace", priority=1)
     one(conn, "SELECT tq_wait('q', 0)")
     one(conn, "SELECT tq_wait('empty', 0)")
 

@@ -5,7 +5,7 @@ import sqlite3
 
 import pytest
 
-from conftest import DAY, T0, claim, get, one, pin, snapshot
+from helpers import DAY, T0, claim, get, one, pin, snapshot
 
 ISO_T0 = "2027-01-15T08:00:00Z"  # T0
 

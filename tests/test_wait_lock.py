@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from conftest import ROOT, EXT, connect, one
+from helpers import ROOT, EXT, connect, one
 
 WRITING = [
     "INSERT INTO t SELECT tq_wait('q', '1h')",
@@ -45,7 +45,7 @@ def test_ERR_01_another_process_writes_while_one_tries_to_wait_in_an_insert(stor
     code = f"""
 import sqlite3, sys
 sys.path.insert(0, {repr(ROOT + '/tests')})
-from conftest import connect
+from helpers import connect
 db = connect(sys.argv[1])
 print("start", flush=True)
 try:

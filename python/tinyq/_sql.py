@@ -45,21 +45,33 @@ def _options(**kw):
     return json.dumps(opts) if opts else None
 
 
-WAIT_SLICE_MS = 90   # tq_wait polls every 1 ms for its first 100 ms, every 3 ms after
-WAITER_JOIN_S = 2.0  # the longest a stopping worker waits for its tq_wait thread to end
+def transaction(conn, body):
+    """body() inside BEGIN IMMEDIATE ... COMMIT (rolled back if it raises)."""
+    _rows(conn, "BEGIN IMMEDIATE")
+    try:
+        result = body()
+        _rows(conn, "COMMIT")
+        return result
+    except BaseException:
+        try:
+            _rows(conn, "ROLLBACK")
+        except Exception:
+            pass
+        raise
 
 
-def _wait(conn, queue, seconds, stopped=lambda: False):
-    """tq_wait for up to `seconds`, in slices short enough that it keeps polling every
-    millisecond: 1 as soon as a job may be claimable, 0 when the time is up or, between
-    slices, `stopped()` is true (so a worker's stop need not wait out a whole poll)."""
-    import time
-    end = time.monotonic() + seconds
-    while True:
-        if stopped():
-            return 0
-        left_ms = int((end - time.monotonic()) * 1000)
-        if _one(conn, "SELECT tq_wait(?, ?)", queue, max(1, min(left_ms, WAIT_SLICE_MS))):
-            return 1
-        if left_ms <= WAIT_SLICE_MS:
-            return 0
+def atomic(conn, body):
+    """body() as one transaction: its own (transaction()) in autocommit, else a savepoint
+    inside the caller's, rolled back to if it raises (the caller's transaction goes on)."""
+    in_tx = not conn.getautocommit() if hasattr(conn, "getautocommit") else conn.in_transaction  # apsw, sqlite3
+    if not in_tx:
+        return transaction(conn, body)
+    _rows(conn, "SAVEPOINT tinyq")
+    try:
+        result = body()
+    except BaseException:
+        _rows(conn, "ROLLBACK TO tinyq")
+        _rows(conn, "RELEASE tinyq")
+        raise
+    _rows(conn, "RELEASE tinyq")
+    return result

@@ -1,0 +1,125 @@
+'use strict';
+// Loading tinyq into a Database of any driver of drivers.js, and the small SQL helpers every
+// part of the Node helper uses: values bound as SQLite wants them, statements prepared once per
+// Database, transactions.
+const fs = require('fs');
+const path = require('path');
+const { adapterOf, openWith } = require('./drivers.js');
+
+// -- loading ---------------------------------------------------------------------------
+
+/** Where the extension is: $TINYQ_EXT, else a tinyq.so packaged next to this file,
+ * else the repository's ../dist/tinyq.so. */
+function extensionPath() {
+  if (process.env.TINYQ_EXT) return process.env.TINYQ_EXT;
+  for (const folder of [__dirname, path.join(__dirname, '..', 'dist')]) {
+    for (const suffix of ['.so', '.dylib', '.dll']) {
+      const candidate = path.join(folder, 'tinyq' + suffix);
+      if (fs.existsSync(candidate)) return candidate;
+    }
+  }
+  throw new Error('tinyq extension not found: set TINYQ_EXT, or build dist/tinyq.so (make)');
+}
+
+/** Load tinyq into a Database (better-sqlite3, node:sqlite or bun:sqlite); returns it. */
+function load(db) {
+  adapterOf(db).load(db, extensionPath());
+  return db;
+}
+
+/** A Database the way a worker wants one: tinyq loaded, WAL, synchronous=FULL,
+ * busy_timeout 5000 ms. `options.driver` names the driver (drivers.js: the default is the
+ * one installed); the other options go to the driver's constructor. */
+function open(file, options) {
+  const { driver, ...driverOptions } = options || {};
+  const db = openWith(driver, file, driverOptions);
+  try {
+    load(db);
+    exec(db, 'PRAGMA busy_timeout = 5000; PRAGMA journal_mode = WAL');
+    exec(db, 'PRAGMA synchronous = FULL'); // power-safe commits: docs/guarantees.md
+  } catch (err) {
+    close(db);
+    throw err;
+  }
+  return db;
+}
+
+const exec = (db, sql) => adapterOf(db).exec(db, sql);
+const close = (db) => adapterOf(db).close(db);
+/** The database file of a Database, or null for an in-memory one. */
+const fileOf = (db) => adapterOf(db).file(db);
+/** `fn` as a function that runs in a BEGIN IMMEDIATE transaction (a savepoint when nested). */
+const transaction = (db, fn) => adapterOf(db).transaction(db, fn);
+
+// -- values ----------------------------------------------------------------------------
+
+// better-sqlite3 and node:sqlite bind every JS number as a REAL (10 arrives as 10.0), and
+// tinyq's integer arguments (n, attempt, since) accept only INTEGER. So whole numbers are bound as BigInt.
+function arg(value) {
+  if (typeof value === 'number' && Number.isSafeInteger(value)) return BigInt(value);
+  if (typeof value === 'boolean') return value ? 1n : 0n;
+  if (value instanceof Date) return BigInt(value.getTime());
+  return value === undefined ? null : value;
+}
+
+// Prepared statements, kept per Database (a prepare costs more than most of tinyq's calls).
+const statements = new WeakMap();
+
+function prepared(db, adapter, sql) {
+  let cache = statements.get(db);
+  if (!cache) statements.set(db, (cache = new Map()));
+  let stmt = cache.get(sql);
+  if (!stmt) cache.set(sql, (stmt = adapter.prepare(db, sql)));
+  return stmt;
+}
+
+/** The first column of the first row (undefined when there is none). */
+function one(db, sql, ...args) {
+  const adapter = adapterOf(db);
+  const row = adapter.get(prepared(db, adapter, sql), args.map(arg));
+  return row === undefined ? undefined : Object.values(row)[0];
+}
+
+/** Every row, as plain objects. */
+function rows(db, sql, ...args) {
+  const adapter = adapterOf(db);
+  return adapter.all(prepared(db, adapter, sql), args.map(arg));
+}
+
+/** Text is stored as is; anything else (object, array, number, boolean, null) as JSON. */
+function encode(value) {
+  if (typeof value === 'string') return value;
+  return JSON.stringify(value === undefined ? null : value);
+}
+
+/** JSON text back to a value; text that is not JSON (and numbers) come back as they are. */
+function decode(value) {
+  if (typeof value !== 'string') return value;
+  try {
+    return JSON.parse(value);
+  } catch {
+    return value;
+  }
+}
+
+/** A JSON options object of the keys that are set (Dates as ms), or null when none is. */
+function options(object) {
+  const out = {};
+  for (const [key, value] of Object.entries(object || {})) {
+    if (value !== undefined && value !== null) out[key] = value instanceof Date ? value.getTime() : value;
+  }
+  return Object.keys(out).length ? JSON.stringify(out) : null;
+}
+
+/** "Name: message" for a thrown Error (the class name when `name` was left as "Error");
+ * only "Name" with errors = 'class', for messages that should not travel with the job. */
+function errorText(err, errors = 'message') {
+  if (!(err instanceof Error)) return errors === 'class' ? typeof err : String(err);
+  let name = err.name || 'Error';
+  if (name === 'Error' && err.constructor && err.constructor.name) name = err.constructor.name;
+  return err.message && errors !== 'class' ? `${name}: ${err.message}` : name;
+}
+
+module.exports = {
+  extensionPath, load, open, exec, close, fileOf, transaction, one, rows, encode, decode, options, errorText,
+};

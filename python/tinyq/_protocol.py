@@ -1,0 +1,295 @@
+"""The worker protocol that the thread (_worker.py) and asyncio (_aio.py) workers share:
+their arguments and name, the claim / settle / renew / step / progress SQL, the tq_wait
+slices an idle worker sleeps in, and SIGTERM / SIGINT while work() runs."""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import socket
+import threading
+import time
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+from ._context import Outcome, RunBase, error_text, is_busy
+from ._sql import _ms, _one, _rows, transaction
+
+log = logging.getLogger("tinyq")
+
+# -- work()'s arguments ---------------------------------------------------------------------
+
+
+def check_work_args(concurrency: int, errors: str, prefetch: Any = "auto") -> None:
+    if concurrency < 1:
+        raise ValueError("concurrency must be at least 1")
+    if errors not in ("message", "class"):
+        raise ValueError("errors must be 'message' or 'class', not %r" % (errors,))
+    if prefetch != "auto" and (not isinstance(prefetch, int) or isinstance(prefetch, bool) or prefetch < 0):
+        raise ValueError("prefetch must be 'auto' or a whole number >= 0, not %r" % (prefetch,))
+
+
+def worker_name(worker: Optional[str]) -> str:
+    """The name a worker claims under: the one given, else host:pid."""
+    return worker or "%s:%d" % (socket.gethostname(), os.getpid())
+
+
+def lease_options(lease: Any) -> Optional[str]:
+    """tq_claim's options for a lease given to work() (None: the queue's own lease)."""
+    return None if lease is None else json.dumps({"lease": _ms(lease)})
+
+
+def lease_value(lease: Any) -> Any:
+    """tq_renew's lease argument for a lease given to work() (None: the queue's own)."""
+    return None if lease is None else _ms(lease)
+
+
+# -- claiming and settling ------------------------------------------------------------------
+
+COLUMNS = ("id", "attempt", "payload", "group_key", "lease_until", "deadline")
+
+
+def claim_sql(conn: Any, lease_options: Optional[str]) -> str:
+    """The claim statement, with the job's meta when this build's tq_claim has its hidden
+    `meta` column (store schema 3 and later), else NULL in its place."""
+    meta = "meta" if has_column(conn, "tq_claim", "meta") else "NULL"
+    return "SELECT %s, %s FROM tq_claim(?, ?, ?%s)" % (
+        ", ".join(COLUMNS), meta, "" if lease_options is None else ", ?")
+
+
+def claim_args(queue: str, worker: str, want: int, lease_options: Optional[str]) -> tuple:
+    """The arguments of claim_sql's statement: `want` jobs of `queue` for `worker`."""
+    return (queue, worker, want) + (() if lease_options is None else (lease_options,))
+
+
+def has_column(conn: Any, table: str, column: str) -> bool:
+    return any(row[0] == column for row in _rows(conn, "SELECT name FROM pragma_table_xinfo(?)", table))
+
+
+def settle_args(run: RunBase, outcome: str, value: Any) -> Tuple[str, tuple]:
+    args = (run.id, run.attempt, outcome) + (() if value is None else (value,))
+    return "SELECT tq_settle(%s)" % ", ".join("?" * len(args)), args
+
+
+def settle_in(conn: Any, run: RunBase, outcome: str, value: Any) -> Any:
+    """tq_settle inside the caller's transaction. A settle the extension refuses (a bad
+    delay, say) is recorded as an error instead, so the job does not sit until its lease
+    ends; but a done job stays done, its result dropped (a result over the size limit).
+    Busy errors go up: the transaction is retried as a whole."""
+    sql, args = settle_args(run, outcome, value)
+    try:
+        return _one(conn, sql, *args)
+    except Exception as exc:
+        if is_busy(exc) or outcome == "error":
+            raise
+        if outcome == "done" and value is not None:
+            return settle_in(conn, run, "done", dropped_result(run, error_text(exc)))
+        return settle_in(conn, run, "error", error_text(exc))
+
+
+def result_outcome(run: RunBase, result: Any) -> Tuple[str, Any]:
+    """What a handler's return settles: done, with its result as stored text (JSON, and
+    strict JSON: no NaN). A result that cannot be stored (a set, bytes, NaN...) drops the
+    result, not the job: the handler's work is done and must not run again."""
+    if result is None:
+        return "done", None
+    if isinstance(result, str):
+        return "done", result
+    try:
+        return "done", json.dumps(result, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        return "done", dropped_result(run, error_text(exc))
+
+
+def dropped_result(run: RunBase, reason: str) -> str:
+    """The result a done job keeps when its own could not be stored: why, logged too."""
+    log.warning("tinyq: job %s finished, but its result could not be stored (%s): dropped", run.id, reason)
+    return json.dumps({"result_dropped": reason})
+
+
+def settle_and_claim(conn: Any, claim: str, settles: List[Tuple[RunBase, str, Any]],
+                     args: Optional[tuple], tries: int = 3) -> List[Dict[str, Any]]:
+    """Settle every finished run and claim (args given: tq_claim's) in one transaction: one
+    commit for several jobs. Busy: tried `tries` times, then the settles are dropped (their
+    leases run out and the jobs run again) and the claim returns nothing."""
+    def body() -> List[Dict[str, Any]]:
+        for run, outcome, value in settles:
+            settle_in(conn, run, outcome, value)
+        return [] if args is None else claim_in(conn, claim, args)
+
+    for attempt in range(tries):
+        try:
+            return transaction(conn, body)
+        except Exception as exc:
+            if not is_busy(exc):
+                raise
+            if attempt == tries - 1:
+                log.error("tinyq: settling %d jobs / claiming failed: %s", len(settles), exc)
+    return []
+
+
+MAX_CLAIM = 1000   # tq_claim's n is 1 to 1000: a larger want is claimed in parts
+
+
+def claim_in(conn: Any, claim: str, args: tuple) -> List[Dict[str, Any]]:
+    """claim_sql's statement for claim_args' `want` jobs, in parts of MAX_CLAIM at most (a
+    pool of 200 threads asks for up to 1,600 at once), until one part comes back short."""
+    queue, worker, want, *rest = args
+    jobs: List[Dict[str, Any]] = []
+    while want > 0:
+        n = min(want, MAX_CLAIM)
+        part = [dict(zip(COLUMNS + ("meta",), row)) for row in _rows(conn, claim, queue, worker, n, *rest)]
+        jobs += part
+        want -= n
+        if len(part) < n:
+            break
+    return jobs
+
+
+def outcome_of_exception(exc: BaseException, errors: str) -> Tuple[Optional[str], Any]:
+    """What a handler's exception settles: its Outcome, else an error with its text. A
+    KeyboardInterrupt or SystemExit (sys.exit) is no job's error: it goes up, work() stops
+    and raises it, and the interrupted job runs again once its lease has run out."""
+    if isinstance(exc, (KeyboardInterrupt, SystemExit)):
+        raise exc
+    if isinstance(exc, Outcome):
+        return exc.outcome, exc.value
+    return "error", error_text(exc, errors)
+
+
+# -- a run's own writes: steps and progress -------------------------------------------------
+
+STEP_GET = "SELECT tq_step_get(?, ?)"
+STEP_PUT = "SELECT tq_step_put(?, ?, ?, ?)"
+PROGRESS = "SELECT tq_progress(?, ?, ?)"
+
+
+# -- leases ---------------------------------------------------------------------------------
+
+
+def schedule_renewal(run: RunBase) -> float:
+    """Sets how often `run` is renewed (half what is left of its lease, 50 ms at least) and
+    returns the monotonic time of its next renewal. Called at the claim and after each
+    renewal: the pace follows the lease the store answered, not the first one."""
+    run._renew_every = max(run.lease_until - time.time() * 1000, 100) / 2000.0
+    return time.monotonic() + run._renew_every
+
+
+def renewed(due: Dict[Any, float], runs: List[RunBase], leases: List[Any]) -> None:
+    """After renew_all: each run's new lease and next renewal in `due` (run -> monotonic
+    time); a NULL lease (cancelled, timed out, or taken by a later attempt) cancels the run."""
+    for run, lease_until in zip(runs, leases):
+        if lease_until is None:
+            run.cancelled = True
+            due.pop(run, None)
+        else:
+            run.lease_until = lease_until
+            if run in due:
+                due[run] = schedule_renewal(run)
+
+
+def renew_soon(due: Dict[Any, float], runs: List[RunBase], seconds: float) -> None:
+    """After a failed renew_all (busy, most likely): try again in `seconds`."""
+    soon = time.monotonic() + seconds
+    for run in runs:
+        if run in due:
+            due[run] = soon
+
+
+# The third argument is work()'s lease (NULL: the queue's): a renewal extends by the same
+# lease as the claim, or a worker's longer lease would shrink to the queue's at its first one.
+RENEW_ALL = ("SELECT tq_renew(json_extract(value, '$[0]'), json_extract(value, '$[1]'), ?) "
+             "FROM json_each(?)")
+
+
+def renew_all(conn: Any, pairs: str, lease: Any = None) -> List[Any]:
+    """tq_renew of every [id, attempt] in `pairs` (JSON) by `lease` (work()'s, None: the
+    queue's), in one statement of one transaction."""
+    return [row[0] for row in transaction(conn, lambda: _rows(conn, RENEW_ALL, lease, pairs))]
+
+
+def lease_pairs(runs: List[RunBase]) -> str:
+    """renew_all's argument for `runs`."""
+    return json.dumps([[run.id, run.attempt] for run in runs])
+
+
+# -- waiting for work -----------------------------------------------------------------------
+
+WAIT_SLICE_MS = 250  # how often the waiter looks at stop(); tq_wait sleeps until the store is written
+WAITER_JOIN_S = 2.0  # the longest a stopping worker waits for its tq_wait thread to end
+
+
+def _wait(conn: Any, queue: str, seconds: float, stopped: Callable[[], bool] = lambda: False) -> int:
+    """tq_wait for up to `seconds`, in slices short enough that it keeps polling every
+    millisecond: 1 as soon as a job may be claimable, 0 when the time is up or, between
+    slices, `stopped()` is true (so a worker's stop need not wait out a whole poll)."""
+    end = time.monotonic() + seconds
+    while True:
+        if stopped():
+            return 0
+        left_ms = int((end - time.monotonic()) * 1000)
+        if _one(conn, "SELECT tq_wait(?, ?)", queue, max(1, min(left_ms, WAIT_SLICE_MS))):
+            return 1
+        if left_ms <= WAIT_SLICE_MS:
+            return 0
+
+
+def wait_for_work(conn: Any, queue: str, poll: float, stopped: Callable[[], bool]) -> None:
+    """The waiter's sleep: until a job of `queue` may be claimable, `poll` seconds or
+    stopped(); busy, it sleeps `poll` instead. Other errors go up."""
+    try:
+        _wait(conn, queue, poll, stopped)
+    except Exception as exc:
+        if not is_busy(exc):
+            raise
+        time.sleep(poll)
+
+
+# -- signals --------------------------------------------------------------------------------
+
+
+def stop_on_signals(stop: Callable[[], None], loop: Any = None) -> Callable[[], None]:
+    """In the main thread, SIGTERM and SIGINT call stop(). Without `loop` (threads) the
+    first signal also puts the previous handlers back, so a second one acts as before;
+    with an asyncio `loop`, the signals go through the loop and each one calls stop(),
+    then the loop's own handler for it if the app had one (aiohttp's run_app has), which
+    is put back afterwards. Returns the function that puts the previous handlers back."""
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+    previous: Dict[int, Any] = {}
+    app_handlers: Dict[int, Any] = {}
+
+    def restore() -> None:
+        while previous:
+            sig, old = previous.popitem()
+            if loop is not None:
+                loop.remove_signal_handler(sig)
+                app = app_handlers.pop(sig, None)
+                if app is not None:
+                    loop.add_signal_handler(sig, app._callback, *app._args)
+                    continue
+            signal.signal(sig, old if old is not None else signal.SIG_DFL)
+
+    def on_signal(signum: int, frame: Any = None) -> None:
+        log.info("tinyq: signal %s: finishing the work in flight", signum)
+        stop()
+        if loop is None:
+            restore()
+        elif signum in app_handlers:
+            app_handlers[signum]._run()
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        old = signal.getsignal(sig)
+        if loop is None:
+            signal.signal(sig, on_signal)
+        else:
+            # asyncio has no public getter for a loop's signal handler: _signal_handlers
+            app = getattr(loop, "_signal_handlers", {}).get(sig)
+            try:
+                loop.add_signal_handler(sig, on_signal, sig)
+            except (NotImplementedError, RuntimeError, ValueError):
+                continue
+            if app is not None:
+                app_handlers[sig] = app
+        previous[sig] = old
+    return restore

@@ -1,0 +1,164 @@
+"""tinyq.Queue: one named queue in one SQLite file, its jobs, settings and schedules, and
+work() (the thread pool of _worker.py)."""
+from __future__ import annotations
+
+import json
+import os
+import threading
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Union
+
+from ._adds import add_many, add_options
+from ._connection import _open_like, owned_open
+from ._schedules import Schedules
+from ._sql import _encode, _one, _options, _rows
+from ._worker import Run, work_loop
+
+
+class Queue(Schedules):
+    """One named queue in one SQLite file.
+
+    `conn_or_path` is a path (the Queue opens its own connection with `tinyq.open`) or a
+    connection of yours with tinyq loaded. The methods other than `work` run on that
+    connection, in whatever transaction it is in: they never commit yours (`add_many` makes
+    its adds one transaction: its own in autocommit, a savepoint inside yours). `work` opens
+    a connection per thread to the same file.
+
+    A connection the Queue opened itself is closed with it (close(), or when the Queue goes),
+    closed before a fork() while idle and reopened in each process on its next use
+    (README, "Prefork servers").
+    """
+
+    def __init__(self, conn_or_path: Any, name: str):
+        self.name = name
+        if isinstance(conn_or_path, (str, bytes, os.PathLike)):
+            self.path = os.fspath(conn_or_path)
+            self._owned = owned_open(self.path)
+            self._owned.get()              # a bad path fails here, not at the first call
+            self._conn = None
+        else:
+            self.path = None
+            self._owned = None
+            self._conn = conn_or_path
+        self._stopping = threading.Event()
+        self._working = threading.Lock()   # held while work() runs: one work() per Queue
+
+    @property
+    def conn(self) -> Any:
+        """The connection the methods other than work() run on."""
+        return self._conn if self._owned is None else self._owned.get()
+
+    # -- jobs -------------------------------------------------------------------------
+
+    def add(self, payload: Any, id: Optional[str] = None, delay: Any = None, at: Any = None,
+            group: Optional[str] = None, priority: Optional[int] = None,
+            attempts: Optional[int] = None, meta: Optional[Dict[str, Any]] = None,
+            expires: Any = None, on_conflict: Optional[str] = None, max_wait: Any = None) -> str:
+        """Add a job; returns its id. A dict/list payload is stored as JSON text. `meta` (a
+        dict: a correlation id, a tenant...) is kept beside the payload; handlers see it as
+        run.meta (it needs a store of schema 3 or later). `expires`: a job not started by then
+        never starts and fails with the error 'expired' (a datetime, ms since the epoch,
+        ISO-8601 text, or a duration from now: a timedelta or text like '15m').
+        `on_conflict` when the id is present: 'keep' (the default: nothing), 'replace' (a job
+        not started yet takes this add's payload and options) or 'debounce' (as replace,
+        and its time becomes now + `delay`, never later than `max_wait` after the first add).
+        Schema 6 for these three (docs/reference.md, tq_add)."""
+        opts = add_options(id=id, delay=delay, at=at, group=group, priority=priority, attempts=attempts,
+                           meta=meta, expires=expires, on_conflict=on_conflict, max_wait=max_wait)
+        if opts is None:
+            return _one(self.conn, "SELECT tq_add(?, ?)", self.name, _encode(payload))
+        return _one(self.conn, "SELECT tq_add(?, ?, ?)", self.name, _encode(payload), opts)
+
+    def add_many(self, payloads: Iterable[Any], ids: Optional[Sequence[str]] = None, delay: Any = None,
+                 at: Any = None, group: Optional[str] = None, priority: Optional[int] = None,
+                 attempts: Optional[int] = None, meta: Optional[Dict[str, Any]] = None,
+                 expires: Any = None, on_conflict: Optional[str] = None, max_wait: Any = None) -> List[str]:
+        """Add one job per payload, with the same options (as add's), in one transaction and
+        one statement; returns their ids in order. `ids`, when given, is each job's own id
+        (as many as payloads). All or nothing: an add that fails rolls the others back. On a
+        connection in autocommit it is its own transaction; inside yours, a savepoint."""
+        opts = add_options(delay=delay, at=at, group=group, priority=priority, attempts=attempts,
+                           meta=meta, expires=expires, on_conflict=on_conflict, max_wait=max_wait)
+        return add_many(self.conn, self.name, payloads, ids, opts)
+
+    def get(self, id: str) -> Optional[Dict[str, Any]]:
+        """The job as a dict (tq_get), or None when there is no such job."""
+        text = _one(self.conn, "SELECT tq_get(?)", id)
+        return None if text is None else json.loads(text)
+
+    def cancel(self, id: str) -> bool:
+        """Remove a scheduled, waiting or running job; False when there was nothing to cancel."""
+        return bool(_one(self.conn, "SELECT tq_cancel(?)", id))
+
+    def retry(self, id: str) -> bool:
+        """Make a failed job waiting again with a fresh attempt budget."""
+        return bool(_one(self.conn, "SELECT tq_retry(?)", id))
+
+    def watch(self, since: int = 0) -> List[Dict[str, Any]]:
+        """This queue's state changes with seq > since, oldest first, as dicts."""
+        cols = ("seq", "id", "queue", "state", "attempt", "at", "detail")
+        rows = _rows(self.conn, "SELECT %s FROM tq_watch(?, ?)" % ", ".join(cols),
+                     since, self.name)
+        return [dict(zip(cols, row)) for row in rows]
+
+    def settings(self, **settings: Any) -> Optional[Dict[str, Any]]:
+        """Read (no arguments) or set the queue's settings; returns the effective settings.
+        Durations may be text ('30s'), integer ms or timedelta."""
+        opts = _options(**settings)
+        if opts is None:
+            text = _one(self.conn, "SELECT tq_queue(?)", self.name)
+        else:
+            text = _one(self.conn, "SELECT tq_queue(?, ?)", self.name, opts)
+        return None if text is None else json.loads(text)
+
+    # -- working ----------------------------------------------------------------------
+
+    def work(self, handler: Callable[[Any, Run], Any], concurrency: int = 1,
+             worker: Optional[str] = None, poll: float = 1.0, lease: Any = None,
+             errors: str = "message", prefetch: Union[int, str] = "auto") -> int:
+        """Run `handler(payload, run)` for this queue's jobs until `stop()`, SIGTERM or SIGINT.
+
+        `concurrency` long-lived threads, each with its own connection (`run.conn`), each
+        settling its last job and claiming its next in one transaction. One heartbeat renews
+        every running job's lease at half its length, in one transaction. When idle, one
+        thread sleeps in `tq_wait` (at most `poll` seconds at a time) for all of them. On
+        stop, nothing more is claimed and work() returns once the jobs in flight have
+        finished and settled. A raised exception is recorded as "Class: message", or only
+        "Class" with errors="class". `prefetch`: how many jobs each thread claims ahead of
+        the one it runs (leased and renewed while they wait, settled together, put back in
+        line on stop). "auto" (the default) claims 7 ahead only while the thread's recent
+        handlers took under a millisecond, so a backlog of tiny jobs costs one commit per 8;
+        0 never claims ahead. Returns how many jobs this call
+        claimed.
+        """
+        path = self.path or self._database_path()
+        if not self._working.acquire(blocking=False):
+            raise RuntimeError("this Queue is already working")   # as AsyncQueue and Node
+        try:
+            return work_loop(self, handler, lambda: _open_like(self.conn, path),
+                             concurrency=concurrency, worker=worker, poll=poll, lease=lease,
+                             errors=errors, prefetch=prefetch)
+        finally:
+            self._working.release()
+
+    def stop(self) -> None:
+        """Ask work() to claim nothing more and return once the work in flight is done."""
+        self._stopping.set()
+
+    def close(self) -> None:
+        if self._owned is not None:
+            self._owned.close()
+
+    def __enter__(self) -> "Queue":
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def _database_path(self) -> str:
+        for _, name, file in _rows(self.conn, "PRAGMA database_list"):
+            if name == "main" and file:
+                return file
+        raise ValueError("Queue.work needs a database file (not :memory: or a temp db)")
+
+    def __repr__(self) -> str:
+        return "Queue(%r, %r)" % (self.path or self.conn, self.name)
