@@ -87,7 +87,7 @@ pub fn apply(conn: &Conn, job: &Held, q: &Settings, outcome: Outcome, now: i64) 
                     &[&job.seq, &now, &why, &q.has_group_limits()],
                 )
             } else {
-                let msg = format!("{why} on attempt {} of {budget}: its leases ran out", job.attempt);
+                let msg = format!("{why} on attempt {} of {budget}: its leases ran out", job.tries);
                 fail(conn, job.seq, &msg, q, now, true)
             }
         }

@@ -10,6 +10,7 @@ mod value;
 
 pub(crate) mod checkpoint;
 mod conn;
+mod direct;
 mod func;
 mod inotify;
 mod load;

@@ -28,16 +28,6 @@ impl Val {
             Val::BadText(_) => "text that is not valid UTF-8",
         }
     }
-
-    /// This value as JSON: text that parses as JSON is embedded, other text is a string.
-    pub fn to_json(&self) -> serde_json::Value {
-        match self {
-            Val::Null | Val::Blob(_) | Val::BadText(_) => serde_json::Value::Null,
-            Val::Int(i) => (*i).into(),
-            Val::Real(f) => serde_json::Number::from_f64(*f).map_or(serde_json::Value::Null, Into::into),
-            Val::Text(s) => serde_json::from_str(s).unwrap_or_else(|_| s.clone().into()),
-        }
-    }
 }
 
 /// What a scalar function returns.
