@@ -93,10 +93,10 @@ test-cluster: $(EXT)
 	$(PY) tests/cluster/run_cluster.py
 
 # Python and Node producers, 8 workers SIGKILLed at random, limits on, for 10 minutes, audited
-# from tq_watch (tests/soak.py; a 60-second version runs in make test: tests/test_soak.py).
+# from tq_watch (tests/support/soak.py; a 60-second version runs in make test: tests/test_soak.py).
 SOAK_SECONDS ?= 600
 soak: $(EXT) node/node_modules
-	$(PY) tests/soak.py --seconds $(SOAK_SECONDS)
+	$(PY) tests/support/soak.py --seconds $(SOAK_SECONDS)
 
 # tinyq beside a hand-written SQL queue and the peers (honker, litequeue, persist-queue,
 # huey; set up under bench/work/ on first run): bench/results/latest.md and peers.md.

@@ -11,7 +11,7 @@ Every figure is a prefilled queue drained by one process with a no-op handler (a
 handlers that each await 0.2 s), timed from the start of the worker to the last job's
 end, best of the repeats; idle wake-up is the median time from an add on another
 connection to the handler's start, with the worker idle in between. Each measurement
-runs in a process of its own. `--before REV` exports python/tinyq and node/index.js (and waiter.js) of
+runs in a process of its own. `--before REV` exports python/tinyq and node/*.js of
 that commit (git archive) into bench/work/before-REV/ and measures them too, so "before"
 and "after" come from the same run. Results: bench/results/workers.md.
 
@@ -70,12 +70,12 @@ def setup_node():
 
 
 def export_before(rev):
-    """python/tinyq and node/index.js (with its wake-up thread, node/waiter.js) as of `rev`,
+    """python/tinyq and node/*.js (index.js, its worker loop and wake-up thread) as of `rev`,
     in bench/work/before-REV/."""
     out = os.path.join(WORK, "before-" + rev)
     if not os.path.exists(os.path.join(out, "node", "waiter.js")):
         os.makedirs(out, exist_ok=True)
-        archive = subprocess.run(["git", "archive", rev, "python/tinyq", "node/index.js", "node/waiter.js"],
+        archive = subprocess.run(["git", "archive", rev, "python/tinyq", ":(glob)node/*.js"],
                                  cwd=ROOT, check=True, capture_output=True).stdout
         subprocess.run(["tar", "-x", "-C", out], input=archive, check=True)
     return out

@@ -1,6 +1,6 @@
 -- tinyq store, version 5: what a new store is created with. A store made by an older
--- tinyq is brought here by sql/migrate_N_to_M.sql instead (sql/v1_store.sql to
--- sql/v4_store.sql are versions 1 to 4 as they shipped).
+-- tinyq is brought here by sql/migrate_N_to_M.sql instead (tests/fixtures/v1_store.sql to
+-- tests/fixtures/v4_store.sql are versions 1 to 4 as they shipped).
 -- Every object is named tinyq_*; nothing else is touched.
 -- Value columns are declared BLOB: no affinity, so text such as '0012' is kept as given.
 

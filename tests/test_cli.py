@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from conftest import EXT, ROOT, claim, connect, get, one
+from helpers import EXT, ROOT, claim, connect, get, one
 
 PY = "/usr/bin/python3"
 ENV = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python"), TINYQ_EXT=EXT)
@@ -148,7 +148,7 @@ def test_errors_create_nothing(tmp_path):
 def test_the_journal_mode_stays_as_it_was(tmp_path):
     path = str(tmp_path / "app.db")
     conn = sqlite3.connect(path, isolation_level=None)
-    tinyq_conn = connect(path)                      # conftest's connect turns WAL on...
+    tinyq_conn = connect(path)                      # helpers' connect turns WAL on...
     tinyq_conn.execute("PRAGMA journal_mode=DELETE")  # ...so put the default back
     one(tinyq_conn, "SELECT tq_add('q', '{}')")
     tinyq_conn.close()

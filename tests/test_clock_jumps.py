@@ -1,8 +1,8 @@
 """Clock jumps: the wall clock of every worker and producer steps an hour forward, back, and
-forward again while they work (tests/clockshift.c, LD_PRELOADed: CLOCK_REALTIME moves, the
+forward again while they work (tests/support/clockshift.c, LD_PRELOADed: CLOCK_REALTIME moves, the
 monotonic clock does not, as with an NTP step or `date -s`).
 
-The processes are the soak's (tests/soak.py: Python and Node producers, 5 Python and 3
+The processes are the soak's (tests/support/soak.py: Python and Node producers, 5 Python and 3
 Node workers; no SIGKILLs here, and this process, on the real clock, only reads tq_watch).
 Phases of PHASE seconds: real time; +1 h (a forward step: every lease and every attempt's
 1 h timeout looks expired, scheduled jobs fall due); back to real time (a backward step:
@@ -25,7 +25,7 @@ import time
 
 import pytest
 
-from soak import Soak
+from support.soak import Soak
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 HOUR_MS = 3_600_000
@@ -39,7 +39,7 @@ SETTINGS = {"lease": "2s", "concurrency": 4, "rate": "30/1s", "group_concurrency
 def clockshift(tmp_path_factory):
     folder = tmp_path_factory.mktemp("clockshift")
     so = str(folder / "clockshift.so")
-    built = subprocess.run(["gcc", "-shared", "-fPIC", "-O2", "-o", so, os.path.join(HERE, "clockshift.c"), "-ldl"],
+    built = subprocess.run(["gcc", "-shared", "-fPIC", "-O2", "-o", so, os.path.join(HERE, "support", "clockshift.c"), "-ldl"],
                            capture_output=True, text=True)
     assert built.returncode == 0, built.stderr
     return so
@@ -107,7 +107,7 @@ def test_clock_steps_an_hour_forward_and_back_nothing_lost_or_stuck_limits_as_do
 def test_clock_back_a_rate_limited_queue_keeps_starting_jobs(db):
     """Starts recorded while the clock was an hour ahead count as starts made when the clock
     came back: the queue starts again one window later, not an hour later."""
-    from conftest import add, claim, one, pin, setq, settle
+    from helpers import add, claim, one, pin, setq, settle
     t = 1_800_000_000_000
     pin(db, t + HOUR_MS)
     setq(db, "r", rate="2/1s")

@@ -11,7 +11,7 @@ import json
 
 import pytest
 
-from conftest import check_buckets, connect, get, one, plain_ahead
+from helpers import check_buckets, connect, get, one, plain_ahead
 
 NOW = 1_900_000_000_000
 SMALL, BIG = 1_000, 100_000

@@ -21,7 +21,7 @@ import urllib.request
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from conftest import EXT, ROOT, claim, get, one
+from helpers import EXT, ROOT, claim, get, one
 
 PY = "/usr/bin/python3"
 ENV = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python"), TINYQ_EXT=EXT)

@@ -4,7 +4,7 @@ import re
 import subprocess
 import time
 
-from conftest import ROOT
+from helpers import ROOT
 
 ANSWER = "Hello! Your parcel left the warehouse this morning."
 

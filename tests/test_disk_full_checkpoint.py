@@ -1,6 +1,6 @@
 """A disk that fills up while the WAL is checkpointed, and a WAL that cannot be truncated.
 
-Through the VFS of tests/cutvfs.py (files may not grow past a byte budget: SQLITE_FULL;
+Through the VFS of tests/support/cutvfs.py (files may not grow past a byte budget: SQLITE_FULL;
 truncating the -wal fails: SQLITE_IOERR), the mixed workload of tests/test_powercut.py
 keeps running, with synchronous=FULL. Every call either returns (acknowledged) or fails
 with an error and changes nothing (the state seen through tinyq's functions is the same
@@ -15,7 +15,7 @@ import pytest
 
 apsw = pytest.importorskip("apsw", reason="python3-apsw is needed (make deps)")
 
-from cutvfs import CutVFS, Disk, remove, scratch_dir  # noqa: E402
+from support.cutvfs import CutVFS, Disk, remove, scratch_dir  # noqa: E402
 from test_fuzz import check_invariants  # noqa: E402
 from test_powercut import Workload, drain, fingerprint_of, recovered  # noqa: E402
 

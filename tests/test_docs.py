@@ -5,7 +5,7 @@ import os
 import re
 import subprocess
 
-from conftest import ROOT
+from helpers import ROOT
 
 GUARANTEES = os.path.join(ROOT, "docs", "guarantees.md")
 

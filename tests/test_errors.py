@@ -9,7 +9,7 @@ import sqlite3
 
 import pytest
 
-from conftest import T0, claim, connect, get, one, run_python, snapshot
+from helpers import T0, claim, connect, get, one, run_python, snapshot
 
 BIG = 2**63 - 1
 SMALL = -2**63
@@ -313,7 +313,7 @@ def test_ERR_01_bad_input_on_a_database_without_store_creates_nothing(db):
 
 HOSTILE_INPUTS = r'''
 import json, sqlite3, sys
-from conftest import connect
+from helpers import connect
 db = connect(sys.argv[1])
 BIG, SMALL = 2**63 - 1, -2**63
 errors = ok = 0
@@ -477,7 +477,7 @@ def test_ERR_02_hostile_inputs_never_crash_the_process(db_path):
 
 TAMPERED_STORE = r'''
 import json, sqlite3, sys
-from conftest import connect
+from helpers import connect
 path, mode = sys.argv[1], sys.argv[2]
 db = connect(path)
 errors = 0
@@ -541,7 +541,7 @@ def test_ERR_02_tampered_store_never_crashes_the_process(db_path, mode):
 
 READ_ONLY = r'''
 import sqlite3, sys, os
-from conftest import connect
+from helpers import connect
 path = sys.argv[1]
 rw = connect(path)
 rw.execute("SELECT tq_add('ro', '{}', '{\"id\": \"x\"}')").fetchall()
@@ -574,7 +574,7 @@ def test_ERR_02_read_only_database_gives_errors_not_crashes(db_path):
 
 RECURSIVE_TRIGGER = r'''
 import sqlite3, sys
-from conftest import connect
+from helpers import connect
 db = connect(sys.argv[1])
 db.execute("PRAGMA trusted_schema = ON")
 db.execute("SELECT tq_add('loop', '{}')").fetchall()

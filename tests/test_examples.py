@@ -9,7 +9,7 @@ import urllib.request
 
 import pytest
 
-from conftest import EXT, ROOT, connect, one
+from helpers import EXT, ROOT, connect, one
 
 PY = "/usr/bin/python3"
 MODEL_SECONDS = 1.0          # examples/web_slow_model.py's fake model takes this long

@@ -17,7 +17,7 @@ import time
 
 import pytest
 
-from conftest import EXT, ROOT, claim, connect, get, one, snapshot
+from helpers import EXT, ROOT, claim, connect, get, one, snapshot
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -540,12 +540,12 @@ def apsw_python():
 
 
 def test_scenarios_on_a_second_sqlite_through_apsw():
-    """tests/run_apsw.py: add/claim/settle, order, steps, watch, limits, errors, busy,
+    """tests/support/run_apsw.py: add/claim/settle, order, steps, watch, limits, errors, busy,
     transactions, triggers, DIRECTONLY and many connections, on apsw's SQLite."""
     py = apsw_python()
     if py is None:
         pytest.skip(f"pip could not install apsw into {APSW_VENV}")
-    proc = subprocess.run([py, os.path.join(HERE, "run_apsw.py"), EXT + ".so"],
+    proc = subprocess.run([py, os.path.join(HERE, "support", "run_apsw.py"), EXT + ".so"],
                           capture_output=True, text=True, timeout=300)
     print(proc.stdout)
     assert proc.returncode == 0, proc.stdout + proc.stderr

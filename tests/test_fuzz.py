@@ -38,7 +38,7 @@ EXT = os.environ.get("TINYQ_EXT") or os.path.join(ROOT, "dist", "tinyq")
 LONG = os.environ.get("TINYQ_FUZZ_LONG") == "1"
 BUDGET_S = float(os.environ.get("TINYQ_FUZZ_SECONDS") or (600 if LONG else 25))
 
-from conftest import DAY, T0, check_buckets  # noqa: E402  (tests/ is the script's own folder: on sys.path)
+from helpers import DAY, T0, check_buckets  # noqa: E402  (tests/ is the script's own folder: on sys.path)
 # Hypothesis runs of EXAMPLES programs of up to STEPS steps each, repeated until the budget is
 # spent (a run's first programs are short: hypothesis starts from simple data).
 EXAMPLES, STEPS = int(os.environ.get("TINYQ_FUZZ_EXAMPLES") or 25), 50

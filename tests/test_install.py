@@ -13,7 +13,7 @@ import zipfile
 
 import pytest
 
-from conftest import ROOT, SO
+from helpers import ROOT, SO
 
 PY = "/usr/bin/python3"
 # Never rebuilds the extension (-o): these tests use dist/tinyq.so as it is.

@@ -5,7 +5,7 @@ Queue settings (docs/reference.md, tq_queue): `concurrency` (most running leases
 same per group); tq_add's `group` option puts a job in a group.
 
 Single-process tests pin the clock with tq_clock, so nothing depends on timing. The load
-tests start real worker processes (tests/proc_worker.py, Debian's python), each with its
+tests start real worker processes (tests/support/proc_worker.py, Debian's python), each with its
 own connection, and audit afterwards from tq_watch (commit order and claim times) and from
 the workers' own logs (monotonic timestamps).
 """
@@ -19,8 +19,8 @@ import time
 
 import pytest
 
-from conftest import T0, add, claim, connect, get, ids, one, pin, setq, settle, watch_all
-from proc_worker import spawn, wait_all
+from helpers import T0, add, claim, connect, get, ids, one, pin, setq, settle, watch_all
+from support.proc_worker import spawn, wait_all
 
 
 def window_violations(times, n, w):
@@ -57,7 +57,7 @@ def max_overlap(intervals):
 
 def snapshot(conn):
     """Every row of every tinyq_* table, in a stable order (some are WITHOUT ROWID, so
-    conftest's ORDER BY rowid cannot be used on them)."""
+    helpers.snapshot's ORDER BY rowid cannot be used on them)."""
     tables = [r[0] for r in conn.execute(
         "SELECT name FROM sqlite_master WHERE type='table' AND name LIKE 'tinyq%' ORDER BY name")]
     return {t: sorted(conn.execute(f'SELECT * FROM "{t}"').fetchall(), key=repr) for t in tables}

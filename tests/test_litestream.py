@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from conftest import EXT, connect, one, snapshot
+from helpers import EXT, connect, one, snapshot
 
 VENV = os.environ.get("TINYQ_LITESTREAM_VENV", "/tmp/tinyq-litestream-venv")
 LEASE_MS = 30_000

@@ -10,7 +10,7 @@ import subprocess
 
 import pytest
 
-from conftest import EXT, ROOT
+from helpers import EXT, ROOT
 
 # MIN_VERSION in src/sqlite/load.rs: Debian 12's SQLite, the oldest the suite runs on.
 MIN = "3.40.1"

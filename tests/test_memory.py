@@ -23,7 +23,7 @@ import textwrap
 
 import pytest
 
-from conftest import EXT, SO, run_python
+from helpers import EXT, SO, run_python
 
 VALGRIND_ERRORS = ("Invalid read", "Invalid write", "Invalid free", "Mismatched free",
                    "Conditional jump or move depends on uninitialised",
@@ -277,7 +277,7 @@ def test_thousand_connections_do_not_grow_memory(tmp_path, mode, keep):
     connection open, SQLite unloads tinyq.so at each close (dlclose) and loads it again.
     Modes: jobs with generated ids (system clock), only chosen ids (system clock: no random
     draw), and a pinned clock (REP-01)."""
-    from conftest import connect
+    from helpers import connect
     conn = connect(str(tmp_path / "m.db"))
     conn.execute("SELECT tq_add('q', '{}')").fetchall()   # the store exists
     conn.close()

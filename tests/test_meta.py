@@ -8,7 +8,7 @@ import sqlite3
 
 import pytest
 
-from conftest import add, claim, get, one, snapshot
+from helpers import add, claim, get, one, snapshot
 
 META = {"trace": "abc-123", "tenant": "acme", "tags": ["billing", "eu"]}
 

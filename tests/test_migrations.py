@@ -1,6 +1,6 @@
 """A store written by an older tinyq is migrated forward on first write, keeping its jobs.
 
-The old store is built from the old schema script itself (sql/v1_store.sql, sql/v2_store.sql)
+The old store is built from the old schema script itself (tests/fixtures/v1_store.sql, v2_store.sql ...)
 with rows as that tinyq wrote them, without the extension; then the current build opens it.
 """
 import json
@@ -9,7 +9,7 @@ import sqlite3
 
 import pytest
 
-from conftest import ROOT, check_buckets, claim, connect, get, one, plain_ahead
+from helpers import ROOT, check_buckets, claim, connect, get, one, plain_ahead
 
 NOW = 1_900_000_000_000
 CURRENT = 5  # the schema version this build creates
@@ -19,7 +19,7 @@ DAY = 86_400_000
 def v1_store(path, version=1):
     """A store as tinyq `version` left it (the job rows are the same in versions 1 to 3)."""
     db = sqlite3.connect(path, isolation_level=None)
-    with open(os.path.join(ROOT, "sql", f"v{version}_store.sql")) as f:
+    with open(os.path.join(ROOT, "tests", "fixtures", f"v{version}_store.sql")) as f:
         db.executescript(f.read())
     db.execute("INSERT INTO tinyq_meta VALUES ('schema_version', ?)", (version,))
     db.execute("CREATE TABLE app_orders (id INTEGER PRIMARY KEY, total INTEGER)")

@@ -8,7 +8,7 @@ import sqlite3
 
 import pytest
 
-from conftest import add, claim, get, one, pin, settle, snapshot
+from helpers import add, claim, get, one, pin, settle, snapshot
 
 T0 = 1_800_000_000_000
 STATES = ["waiting", "scheduled", "running", "done", "failed"]
@@ -227,7 +227,7 @@ def test_pages_do_bounded_work_at_a_million_jobs(tmp_path):
     small, big = (sqlite3.connect(str(tmp_path / name), isolation_level=None) for name in ("s.db", "b.db"))
     for conn in (small, big):
         conn.enable_load_extension(True)
-        conn.load_extension(__import__("conftest").EXT)
+        conn.load_extension(__import__("helpers").EXT)
     build(small, 1000, 200)
     build(big, 1_000_000, 5000)
     assert one(big, "SELECT waiting FROM tq_stats('q')") == 1_000_000

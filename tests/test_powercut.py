@@ -1,6 +1,6 @@
 """DUR-01 under power cuts, simulated: what survives the machine losing power.
 
-A mixed workload runs through apsw on a VFS (tests/cutvfs.py) that keeps, for the main
+A mixed workload runs through apsw on a VFS (tests/support/cutvfs.py) that keeps, for the main
 database, its -wal and its -journal, only what was synced. During the run the test takes
 *cut images*: the files as a power cut at that instant would leave them,
 - at every sync of every file, just before it (nothing pending is durable) and just after;
@@ -35,11 +35,11 @@ import time
 
 import pytest
 
-from conftest import EXT, SO
+from helpers import EXT, SO
 
 apsw = pytest.importorskip("apsw", reason="python3-apsw is needed (make deps)")
 
-from cutvfs import CutVFS, Disk, remove, scratch_dir  # noqa: E402
+from support.cutvfs import CutVFS, Disk, remove, scratch_dir  # noqa: E402
 from test_fuzz import check_invariants  # noqa: E402
 
 QUEUES = ("q", "lim", "mail", "short")

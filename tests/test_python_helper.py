@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from conftest import EXT, ROOT, claim, connect, get, one, open_handles
+from helpers import EXT, ROOT, claim, connect, get, one, open_handles
 
 sys.path.insert(0, os.path.join(ROOT, "python"))
 import tinyq  # noqa: E402

@@ -19,7 +19,7 @@ import sys
 
 import pytest
 
-from conftest import DAY, EXT, ROOT, T0, add, claim, connect, one, pin, setq
+from helpers import DAY, EXT, ROOT, T0, add, claim, connect, one, pin, setq
 
 # (fragment of the statement's SQL, fragment of the plan step, why it is fine)
 ALLOWED = [

@@ -2,7 +2,7 @@
 
 - DUR-02: when the process that held leases dies, the next process to use the store ends
   those leases at once (not when the 30 s lease runs out); a LIVE process keeps its leases.
-  Processes are real (tests/proc_worker.py) and killed with SIGKILL, then reaped.
+  Processes are real (tests/support/proc_worker.py) and killed with SIGKILL, then reaped.
 - Timeouts: the queue's `timeout` bounds one attempt, renewals included (clock pinned).
 - Crash test: workers SIGKILLed at random moments while others keep working; every job is
   done exactly once as far as its effects table shows, none lost.
@@ -19,13 +19,13 @@ import time
 
 import pytest
 
-from conftest import T0, add, claim, connect, get, ids, one, pin, renew, run_python, setq, settle, watch_all
-from proc_worker import Holder, spawn, wait_all
+from helpers import T0, add, claim, connect, get, ids, one, pin, renew, run_python, setq, settle, watch_all
+from support.proc_worker import Holder, spawn, wait_all
 
 
 CLAIM_IN_NEW_PROCESS = r"""
 import json, sys, time
-from proc_worker import connect, claim
+from support.proc_worker import connect, claim
 conn = connect(sys.argv[1])
 t = time.monotonic()
 rows = claim(conn, sys.argv[2], "fresh", int(sys.argv[3]))

@@ -13,7 +13,7 @@ import subprocess
 
 import pytest
 
-from conftest import EXT, ROOT
+from helpers import EXT, ROOT
 
 REFERENCE = os.path.join(ROOT, "docs", "reference.md")
 DESIGN = os.path.join(ROOT, "docs", "design.md")

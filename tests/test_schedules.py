@@ -14,7 +14,7 @@ from datetime import datetime, timezone
 
 import pytest
 
-from conftest import ROOT, claim, connect, get, one, pin, setq, settle, snapshot
+from helpers import ROOT, claim, connect, get, one, pin, setq, settle, snapshot
 
 
 def ms(iso):
@@ -293,7 +293,7 @@ def test_CRON_01_a_job_of_a_due_time_still_present_is_not_added_again(db):
 
 CLAIMER = r"""
 import json, os, sys, time
-from conftest import connect, one, claim, settle
+from helpers import connect, one, claim, settle
 db_path, gate, t0, slots = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
 db = connect(db_path, 30000)
 open(f"{gate}.ready.{os.getpid()}", "w").close()

@@ -15,7 +15,7 @@ import sqlite3
 
 import pytest
 
-from conftest import claim, connect, get, one, snapshot
+from helpers import claim, connect, get, one, snapshot
 
 DIRECTONLY = 0x080000
 INNOCUOUS = 0x200000

@@ -4,7 +4,7 @@ import os
 import re
 import subprocess
 
-from conftest import ROOT, connect, get, shell
+from helpers import ROOT, connect, get, shell
 
 GENERATED_ID = re.compile(r"tq_[0-9A-HJKMNP-TV-Z]{26}")
 

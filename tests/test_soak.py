@@ -1,4 +1,4 @@
-"""The soak of tests/soak.py, bounded to about 60 s (make soak runs it for 10 minutes).
+"""The soak of tests/support/soak.py, bounded to about 60 s (make soak runs it for 10 minutes).
 
 Skipped when TINYQ_SOAK_SECONDS=0 (make test-python-current: the soak is about time and
 processes, not the SQLite version, and has run once in make test-python already).
@@ -10,7 +10,7 @@ import tempfile
 
 import pytest
 
-from soak import Soak
+from support.soak import Soak
 
 SECONDS = float(os.environ.get("TINYQ_SOAK_SECONDS", "60"))
 

@@ -1,7 +1,7 @@
 """Which SQLite the suite runs on: Python's sqlite3 module, a Python subprocess and the sqlite3
 shell on PATH all use the same one, and it is the current SQLite when the run was started by
 scripts/sqlite_current.sh (`make test-python-current`, issue 7), which sets
-TINYQ_SQLITE_CURRENT. Uses only the standard library (no helper from conftest)."""
+TINYQ_SQLITE_CURRENT. Uses only the standard library (nothing from tests/helpers.py)."""
 import os
 import sqlite3
 import subprocess

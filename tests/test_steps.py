@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from conftest import EXT, LEASE, ROOT, T0, add, claim, connect, get, one, pin, settle
+from helpers import EXT, LEASE, ROOT, T0, add, claim, connect, get, one, pin, settle
 
 
 def step_get(conn, job_id, name):
@@ -183,7 +183,7 @@ def test_JOB_06_steps_do_not_outlive_their_job(db):
 
 WORKER = r'''
 import json, os, sys, time
-from conftest import connect, one, claim
+from helpers import connect, one, claim
 
 db_path, name, clock, model_log, ready, mode = sys.argv[1:7]
 conn = connect(db_path)

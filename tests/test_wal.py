@@ -6,7 +6,7 @@ the next claim. The WAL file's size is its high-water mark, so it shows the wors
 """
 import os
 
-from conftest import connect, one
+from helpers import connect, one
 
 FRAME = 4096 + 24  # page + frame header
 

@@ -22,17 +22,19 @@ import inspect
 import json
 import logging
 import os
-import signal
-import socket
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Awaitable, Callable, Dict, List, Optional, Set, Tuple
 
-from ._context import RunBase, current_run, is_busy
-from ._sql import WAITER_JOIN_S, _decode, _encode, _ms, _one, _wait
-from ._worker import (claim_sql, outcome_of_exception, renew_all, renew_soon, renewed,
-                      settle_and_claim)
+from ._connection import open as open_conn
+from ._context import RunBase, current_run
+from ._protocol import (PROGRESS, STEP_GET, STEP_PUT, WAITER_JOIN_S, check_work_args, claim_args,
+                        claim_sql, lease_options, lease_pairs, outcome_of_exception, renew_all,
+                        renew_soon, renewed, schedule_renewal, settle_and_claim, stop_on_signals,
+                        wait_for_work, worker_name)
+from ._queue import Queue
+from ._sql import _decode, _encode, _one
 
 log = logging.getLogger("tinyq")
 
@@ -76,21 +78,19 @@ class AsyncRun(RunBase):
     async def step(self, name: str, fn: Callable[[], Any]) -> Any:
         """The answer kept under `name` by any attempt; else fn()'s answer (awaited when
         fn returns an awaitable), kept as JSON."""
-        kept = await self._db.call(_one, "SELECT tq_step_get(?, ?)", self.id, name)
+        kept = await self._db.call(_one, STEP_GET, self.id, name)
         if kept is None:
             value = fn()
             if inspect.isawaitable(value):
                 value = await value
-            kept = await self._db.call(_one, "SELECT tq_step_put(?, ?, ?, ?)",
-                                       self.id, self.attempt, name, json.dumps(value))
+            kept = await self._db.call(_one, STEP_PUT, self.id, self.attempt, name, json.dumps(value))
             if kept is None:
                 self._lost_step(name)
         return _decode(kept)
 
     async def progress(self, value: Any) -> bool:
         """Record progress (text as is, anything else as JSON); False when the job is gone."""
-        ok = bool(await self._db.call(_one, "SELECT tq_progress(?, ?, ?)",
-                                      self.id, self.attempt, _encode(value)))
+        ok = bool(await self._db.call(_one, PROGRESS, self.id, self.attempt, _encode(value)))
         if not ok:
             self.cancelled = True
         return ok
@@ -131,10 +131,9 @@ class _Waiter(threading.Thread):
                     return
                 self._armed.clear()
                 try:
-                    _wait(conn, self._queue, self._poll, lambda: self._closed)
+                    wait_for_work(conn, self._queue, self._poll, lambda: self._closed)
                 except Exception as exc:
-                    if not is_busy(exc):
-                        log.error("tinyq: tq_wait on %r failed: %s", self._queue, exc)
+                    log.error("tinyq: tq_wait on %r failed: %s", self._queue, exc)
                     threading.Event().wait(self._poll)
                 if self._closed:
                     return
@@ -154,10 +153,10 @@ class _AsyncWork:
         self.queue = queue
         self.handler = handler
         self.concurrency = concurrency
-        self.worker = worker or "%s:%d" % (socket.gethostname(), os.getpid())
+        self.worker = worker_name(worker)
         self.poll = poll
         self.errors = errors
-        self.lease_options = None if lease is None else json.dumps({"lease": _ms(lease)})
+        self.lease_options = lease_options(lease)
         self.db = _DbThread(queue._connect, "tinyq-aio-work")
         self.tasks: Set[asyncio.Task] = set()
         self.runs: Dict[AsyncRun, float] = {}        # running job -> monotonic time of its renewal
@@ -179,7 +178,7 @@ class _AsyncWork:
         waiter = _Waiter(self.queue._connect, self.queue.name, self.poll, loop, self.woke)
         waiter.start()
         heartbeat = asyncio.ensure_future(self.heartbeat())
-        restore = self.on_signals(loop)
+        restore = stop_on_signals(self.queue.stop, loop)
         try:
             while True:
                 self.event.clear()
@@ -188,8 +187,8 @@ class _AsyncWork:
                 want = free if self.may_claim else 0
                 if self.finished or want > 0:
                     batch, self.finished = self.finished, []
-                    args = None if want == 0 else (self.queue.name, self.worker, want) + (
-                        () if self.lease_options is None else (self.lease_options,))
+                    args = None if want == 0 else claim_args(self.queue.name, self.worker, want,
+                                                             self.lease_options)
                     jobs = await self.db.call(settle_and_claim, sql, batch, args)
                     for job in jobs:
                         self.start(job)
@@ -232,8 +231,7 @@ class _AsyncWork:
         """One job, in its own task (so its own context: current_run is this run)."""
         run = AsyncRun(self.db, job)
         current_run.set(run)
-        run._renew_every = max(run.lease_until - time.time() * 1000, 100) / 2000.0
-        self.runs[run] = time.monotonic() + run._renew_every
+        self.runs[run] = schedule_renewal(run)
         try:
             try:
                 result = await self.handler(_decode(job["payload"]), run)
@@ -256,7 +254,7 @@ class _AsyncWork:
                 continue
             runs = list(self.runs)
             try:
-                leases = await self.db.call(renew_all, json.dumps([[r.id, r.attempt] for r in runs]))
+                leases = await self.db.call(renew_all, lease_pairs(runs))
             except Exception as exc:
                 # Busy or not (a full disk...), try again soon: a heartbeat that ended here
                 # would let every lease run out while its handler still works.
@@ -265,37 +263,12 @@ class _AsyncWork:
                 continue
             renewed(self.runs, runs, leases)
 
-    def on_signals(self, loop: asyncio.AbstractEventLoop) -> Callable[[], None]:
-        """SIGTERM and SIGINT call stop() while work() runs (main thread only); the
-        previous handlers come back afterwards."""
-        if threading.current_thread() is not threading.main_thread():
-            return lambda: None
-        previous = {}
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            try:
-                old = signal.getsignal(sig)
-                loop.add_signal_handler(sig, self.on_signal, sig)
-                previous[sig] = old
-            except (NotImplementedError, RuntimeError, ValueError):
-                pass
-
-        def restore() -> None:
-            for sig, old in previous.items():
-                loop.remove_signal_handler(sig)
-                signal.signal(sig, old if old is not None else signal.SIG_DFL)
-        return restore
-
-    def on_signal(self, signum: int) -> None:
-        log.info("tinyq: signal %s: finishing the work in flight", signum)
-        self.queue.stop()
-
 
 class AsyncQueue:
     """One named queue in one SQLite file, for asyncio. Its methods are coroutines whose
     SQL runs on a thread of the queue's own (with its own connection)."""
 
     def __init__(self, path: "str | os.PathLike[str]", name: str, busy_timeout: float = 5.0):
-        from . import open as open_conn
         self.path = os.fspath(path)
         self.name = name
         self._connect = lambda: open_conn(self.path, busy_timeout)
@@ -307,8 +280,6 @@ class AsyncQueue:
 
     async def _q(self, method: str, *args: Any, **kw: Any) -> Any:
         """A Queue method, run on the queue's thread over its connection."""
-        from . import Queue
-
         def call(conn: Any) -> Any:
             if self._sync is None:
                 self._sync = Queue(conn, self.name)
@@ -353,10 +324,7 @@ class AsyncQueue:
         """Run `await handler(payload, run)` for this queue's jobs, up to `concurrency` at
         once, until stop(), SIGTERM or SIGINT; then claim nothing more and return (how many
         jobs it claimed) once every job in flight has finished and settled."""
-        if concurrency < 1:
-            raise ValueError("concurrency must be at least 1")
-        if errors not in ("message", "class"):
-            raise ValueError("errors must be 'message' or 'class', not %r" % (errors,))
+        check_work_args(concurrency, errors)
         if self._work is not None:
             raise RuntimeError("this AsyncQueue is already working")
         self._loop = asyncio.get_running_loop()

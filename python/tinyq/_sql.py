@@ -43,23 +43,3 @@ def _options(**kw):
     """A JSON options object of the given keys that are not None, or None if there are none."""
     opts = {k: _ms(v) for k, v in kw.items() if v is not None}
     return json.dumps(opts) if opts else None
-
-
-WAIT_SLICE_MS = 90   # tq_wait polls every 1 ms for its first 100 ms, every 3 ms after
-WAITER_JOIN_S = 2.0  # the longest a stopping worker waits for its tq_wait thread to end
-
-
-def _wait(conn, queue, seconds, stopped=lambda: False):
-    """tq_wait for up to `seconds`, in slices short enough that it keeps polling every
-    millisecond: 1 as soon as a job may be claimable, 0 when the time is up or, between
-    slices, `stopped()` is true (so a worker's stop need not wait out a whole poll)."""
-    import time
-    end = time.monotonic() + seconds
-    while True:
-        if stopped():
-            return 0
-        left_ms = int((end - time.monotonic()) * 1000)
-        if _one(conn, "SELECT tq_wait(?, ?)", queue, max(1, min(left_ms, WAIT_SLICE_MS))):
-            return 1
-        if left_ms <= WAIT_SLICE_MS:
-            return 0

@@ -7,21 +7,20 @@ from __future__ import annotations
 import collections
 import json
 import logging
-import os
-import signal
-import socket
 import threading
 import time
 from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
 
-from ._context import Outcome, Cancelled, RunBase, current_run, error_text, is_busy
-from ._sql import WAITER_JOIN_S, _decode, _encode, _one, _rows, _wait
+from ._context import Outcome, Cancelled, RunBase, current_run
+from ._protocol import (PROGRESS, STEP_GET, STEP_PUT, WAITER_JOIN_S, check_work_args, claim_args,
+                        claim_sql, lease_options, lease_pairs, outcome_of_exception, renew_all,
+                        renew_soon, renewed, schedule_renewal, settle_and_claim, stop_on_signals,
+                        wait_for_work, worker_name)
+from ._sql import _decode, _encode, _one
 
 log = logging.getLogger("tinyq")
 
 __all__ = ["Outcome", "Cancelled", "Run", "work_loop"]
-
-COLUMNS = ("id", "attempt", "payload", "group_key", "lease_until", "deadline")
 
 
 class Run(RunBase):
@@ -45,71 +44,20 @@ class Run(RunBase):
 
     def step(self, name: str, fn: Callable[[], Any]) -> Any:
         """The answer kept under `name` by any attempt; else fn()'s answer, kept (as JSON)."""
-        kept = _one(self.conn, "SELECT tq_step_get(?, ?)", self.id, name)
+        kept = _one(self.conn, STEP_GET, self.id, name)
         if kept is None:
             value = json.dumps(fn())
-            kept = self._write("SELECT tq_step_put(?, ?, ?, ?)", self.id, self.attempt, name, value)
+            kept = self._write(STEP_PUT, self.id, self.attempt, name, value)
             if kept is None:
                 self._lost_step(name)
         return _decode(kept)
 
     def progress(self, value: Any) -> bool:
         """Record progress (text as is, anything else as JSON); False when the job is gone."""
-        ok = bool(self._write("SELECT tq_progress(?, ?, ?)", self.id, self.attempt, _encode(value)))
+        ok = bool(self._write(PROGRESS, self.id, self.attempt, _encode(value)))
         if not ok:
             self.cancelled = True
         return ok
-
-
-def claim_sql(conn: Any, lease_options: Optional[str]) -> str:
-    """The claim statement, with the job's meta when this build's tq_claim has its hidden
-    `meta` column (store schema 3 and later), else NULL in its place."""
-    meta = "meta" if has_column(conn, "tq_claim", "meta") else "NULL"
-    return "SELECT %s, %s FROM tq_claim(?, ?, ?%s)" % (
-        ", ".join(COLUMNS), meta, "" if lease_options is None else ", ?")
-
-
-def has_column(conn: Any, table: str, column: str) -> bool:
-    return any(row[0] == column for row in _rows(conn, "SELECT name FROM pragma_table_xinfo(?)", table))
-
-
-def settle_args(run: RunBase, outcome: str, value: Any) -> Tuple[str, tuple]:
-    args = (run.id, run.attempt, outcome) + (() if value is None else (value,))
-    return "SELECT tq_settle(%s)" % ", ".join("?" * len(args)), args
-
-
-def settle_in(conn: Any, run: RunBase, outcome: str, value: Any) -> Any:
-    """tq_settle inside the caller's transaction. A settle the extension refuses (a bad
-    delay, say) is recorded as an error instead, so the job does not sit until its lease
-    ends. Busy errors go up: the transaction is retried as a whole."""
-    sql, args = settle_args(run, outcome, value)
-    try:
-        return _one(conn, sql, *args)
-    except Exception as exc:
-        if is_busy(exc) or outcome == "error":
-            raise
-        return settle_in(conn, run, "error", error_text(exc))
-
-
-def settle_and_claim(conn: Any, claim: str, settles: List[Tuple[RunBase, str, Any]],
-                     args: Optional[tuple], tries: int = 3) -> List[Dict[str, Any]]:
-    """Settle every finished run and claim (args given: tq_claim's) in one transaction: one
-    commit for several jobs. Busy: tried `tries` times, then the settles are dropped (their
-    leases run out and the jobs run again) and the claim returns nothing."""
-    def body() -> List[Dict[str, Any]]:
-        for run, outcome, value in settles:
-            settle_in(conn, run, outcome, value)
-        return [] if args is None else [dict(zip(COLUMNS + ("meta",), row)) for row in _rows(conn, claim, *args)]
-
-    for attempt in range(tries):
-        try:
-            return transaction(conn, body)
-        except Exception as exc:
-            if not is_busy(exc):
-                raise
-            if attempt == tries - 1:
-                log.error("tinyq: settling %d jobs / claiming failed: %s", len(settles), exc)
-    return []
 
 
 def outcome_of(handler: Callable[..., Any], payload: Any, run: RunBase,
@@ -120,13 +68,6 @@ def outcome_of(handler: Callable[..., Any], payload: Any, run: RunBase,
         return "done", (None if result is None else _encode(result))
     except BaseException as exc:
         return outcome_of_exception(exc, errors)
-
-
-def outcome_of_exception(exc: BaseException, errors: str) -> Tuple[Optional[str], Any]:
-    """What a handler's exception settles: its Outcome, else an error with its text."""
-    if isinstance(exc, Outcome):
-        return exc.outcome, exc.value
-    return "error", error_text(exc, errors)
 
 
 class _Heartbeat(threading.Thread):
@@ -146,8 +87,7 @@ class _Heartbeat(threading.Thread):
         self._wakes_at = 0.0                     # when the heartbeat's wait ends (0: awake)
 
     def add(self, run: RunBase) -> None:
-        run._renew_every = max(run.lease_until - time.time() * 1000, 100) / 2000.0
-        due = time.monotonic() + run._renew_every
+        due = schedule_renewal(run)
         with self._cond:
             self._runs[run] = due
             if due < self._wakes_at:      # only then: waking a thread per job costs
@@ -197,7 +137,7 @@ class _Heartbeat(threading.Thread):
             conn.close()
 
     def _renew(self, conn: Any, runs: List[RunBase]) -> None:
-        pairs = json.dumps([[run.id, run.attempt] for run in runs])
+        pairs = lease_pairs(runs)
         try:
             with self._write_lock:
                 leases = renew_all(conn, pairs)
@@ -208,74 +148,6 @@ class _Heartbeat(threading.Thread):
             return
         with self._cond:
             renewed(self._runs, runs, leases)
-
-
-def renewed(due: Dict[Any, float], runs: List[RunBase], leases: List[Any]) -> None:
-    """After renew_all: each run's new lease and next renewal in `due` (run -> monotonic
-    time); a NULL lease (cancelled, timed out, or taken by a later attempt) cancels the run."""
-    now = time.monotonic()
-    for run, lease_until in zip(runs, leases):
-        if lease_until is None:
-            run.cancelled = True
-            due.pop(run, None)
-        else:
-            run.lease_until = lease_until
-            if run in due:
-                due[run] = now + run._renew_every
-
-
-def renew_soon(due: Dict[Any, float], runs: List[RunBase], seconds: float) -> None:
-    """After a failed renew_all (busy, most likely): try again in `seconds`."""
-    soon = time.monotonic() + seconds
-    for run in runs:
-        if run in due:
-            due[run] = soon
-
-
-RENEW_ALL = "SELECT tq_renew(json_extract(value, '$[0]'), json_extract(value, '$[1]')) FROM json_each(?)"
-
-
-def renew_all(conn: Any, pairs: str) -> List[Any]:
-    """tq_renew of every [id, attempt] in `pairs` (JSON), in one statement of one transaction."""
-    return [row[0] for row in transaction(conn, lambda: _rows(conn, RENEW_ALL, pairs))]
-
-
-def transaction(conn: Any, body: Callable[[], Any]) -> Any:
-    """body() inside BEGIN IMMEDIATE ... COMMIT (rolled back if it raises)."""
-    _rows(conn, "BEGIN IMMEDIATE")
-    try:
-        result = body()
-        _rows(conn, "COMMIT")
-        return result
-    except BaseException:
-        try:
-            _rows(conn, "ROLLBACK")
-        except Exception:
-            pass
-        raise
-
-
-def _on_signals(stop: Callable[[], None]) -> Callable[[], None]:
-    """In the main thread, SIGTERM and SIGINT call stop(); a second signal acts as before.
-    Returns the function that puts the previous handlers back."""
-    if threading.current_thread() is not threading.main_thread():
-        return lambda: None
-    previous: Dict[int, Any] = {}
-
-    def restore() -> None:
-        while previous:
-            sig, old = previous.popitem()
-            signal.signal(sig, old if old is not None else signal.SIG_DFL)
-
-    def on_signal(signum: int, frame: Any) -> None:
-        log.info("tinyq: signal %s: finishing the work in flight", signum)
-        stop()
-        restore()
-
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        previous[sig] = signal.getsignal(sig)
-        signal.signal(sig, on_signal)
-    return restore
 
 
 class _Request:
@@ -320,16 +192,15 @@ class _Pool:
     def __init__(self, queue: Any, handler: Callable[..., Any], connect: Callable[[], Any],
                  concurrency: int, worker: Optional[str], poll: float, lease: Any, errors: str,
                  prefetch: Any):
-        from ._sql import _ms
         self.queue = queue
         self.handler = handler
         self.connect = connect
         self.concurrency = concurrency
-        self.worker = worker or "%s:%d" % (socket.gethostname(), os.getpid())
+        self.worker = worker_name(worker)
         self.poll = poll
         self.errors = errors
         self.prefetch = prefetch
-        self.lease_options = None if lease is None else json.dumps({"lease": _ms(lease)})
+        self.lease_options = lease_options(lease)
         self.stopping = queue._stopping
         self.write_lock = threading.Lock()     # one writer of this process at a time
         self.pending_lock = threading.Lock()
@@ -450,8 +321,7 @@ class _Pool:
     def serve(self, conn: Any, batch: List["_Request"]) -> None:
         """One transaction for the pending settles and the batch's claims (write lock held)."""
         want = sum(r.claim for r in batch)
-        args = (self.queue.name, self.worker, want) + (
-            () if self.lease_options is None else (self.lease_options,))
+        args = claim_args(self.queue.name, self.worker, want, self.lease_options)
         with self.pending_lock:
             settles, self.unsettled = self.unsettled, []
 
@@ -503,12 +373,8 @@ class _Pool:
                         self.wake.wait(self.poll)
                 if self.stopping.is_set():
                     return
-                try:   # sleep without a lock until a job may be claimable, at most `poll`
-                    _wait(conn, self.queue.name, self.poll, self.stopping.is_set)
-                except Exception as exc:
-                    if not is_busy(exc):
-                        raise
-                    time.sleep(self.poll)
+                # sleep without a lock until a job may be claimable, at most `poll`
+                wait_for_work(conn, self.queue.name, self.poll, self.stopping.is_set)
                 self.wake_all()
         except BaseException as exc:
             self.fail(exc)
@@ -527,7 +393,7 @@ class _Pool:
                    for i in range(self.concurrency)]
         waiter = threading.Thread(target=self.waiter_main, name="tinyq-waiter", daemon=True)
         self.heartbeat.start()
-        restore_signals = _on_signals(self.queue.stop)
+        restore_signals = stop_on_signals(self.queue.stop)
         try:
             for thread in threads + [waiter]:
                 thread.start()
@@ -555,10 +421,5 @@ class _Pool:
 def work_loop(queue: Any, handler: Callable[..., Any], connect: Callable[[], Any], concurrency: int = 1,
               worker: Optional[str] = None, poll: float = 1.0, lease: Any = None,
               errors: str = "message", prefetch: Any = "auto") -> int:
-    if concurrency < 1:
-        raise ValueError("concurrency must be at least 1")
-    if errors not in ("message", "class"):
-        raise ValueError("errors must be 'message' or 'class', not %r" % (errors,))
-    if prefetch != "auto" and (not isinstance(prefetch, int) or isinstance(prefetch, bool) or prefetch < 0):
-        raise ValueError("prefetch must be 'auto' or a whole number >= 0, not %r" % (prefetch,))
+    check_work_args(concurrency, errors, prefetch)
     return _Pool(queue, handler, connect, concurrency, worker, poll, lease, errors, prefetch).run()

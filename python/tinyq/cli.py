@@ -25,58 +25,9 @@ import os
 import sqlite3
 import sys
 import time
-import urllib.parse
 
-from . import load, views
-
-STATES = ("scheduled", "waiting", "running", "done", "failed")
-
-
-class Failure(Exception):
-    """An error for the operator: one line on stderr and an exit status."""
-
-    def __init__(self, message, status=2):
-        super().__init__(message)
-        self.status = status
-
-
-# -- connecting and reading ---------------------------------------------------------------
-
-def connect(path, check_same_thread=True):
-    """A connection, with tinyq loaded, to an existing database that has a tinyq store."""
-    if not os.path.exists(path):
-        raise Failure("no such file: %s" % path)
-    if not os.path.isfile(path):
-        raise Failure("not a database file: %s" % path)
-    mode = "rw" if os.access(path, os.W_OK) else "ro"
-    uri = "file:%s?mode=%s" % (urllib.parse.quote(os.path.abspath(path)), mode)
-    conn = sqlite3.connect(uri, uri=True, isolation_level=None, timeout=5.0,
-                           check_same_thread=check_same_thread)
-    try:
-        load(conn)
-        # tq_debug reads the stored schema version: "... schema none (...)" without a store.
-        store = " schema none " not in one(conn, "SELECT tq_debug()")
-    except sqlite3.DatabaseError as err:          # "file is not a database", ...
-        conn.close()
-        raise Failure("%s: %s" % (path, err))
-    except BaseException:
-        conn.close()
-        raise
-    if not store:
-        conn.close()
-        raise Failure("%s has no tinyq store (no tinyq_* tables); nothing was changed" % path)
-    return conn
-
-
-def rows(conn, sql, *args):
-    """(column names, rows) of a query."""
-    cur = conn.execute(sql, args)
-    return [c[0] for c in cur.description], cur.fetchall()
-
-
-def one(conn, sql, *args):
-    row = conn.execute(sql, args).fetchone()
-    return None if row is None else row[0]
+from . import views
+from .views import STATES, Failure, connect, one, rows
 
 
 def get_job(conn, args):

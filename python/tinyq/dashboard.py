@@ -27,7 +27,7 @@ import threading
 import urllib.parse
 
 from . import views
-from .cli import connect, one
+from .views import connect, one
 
 WINDOW_MS = 10 * 60 * 1000      # the chart shows the last 10 minutes,
 BUCKET_MS = 10 * 1000           # in bars of 10 seconds
@@ -122,8 +122,8 @@ class Store:
         except ValueError:
             raise BadRequest("limit must be a number")
         state = arg("state")
-        if state is not None and state not in views.LIST_STATES:
-            raise BadRequest("state must be one of %s" % ", ".join(views.LIST_STATES))
+        if state is not None and state not in views.STATES:
+            raise BadRequest("state must be one of %s" % ", ".join(views.STATES))
         with self.lock:
             try:
                 page = views.page(self.conn, arg("queue"), state, arg("group"), arg("prefix"), arg("after"), limit)
@@ -238,7 +238,7 @@ def metrics_text(conn, stats, starts, failures, schedules, now):
             out.append("%s{%s} %s" % (name, text, value))
 
     family("tinyq_jobs", "gauge", "Jobs by queue and state.",
-           [((("queue", q["queue"]), ("state", s)), q[s]) for q in stats for s in views.LIST_STATES])
+           [((("queue", q["queue"]), ("state", s)), q[s]) for q in stats for s in views.STATES])
     family("tinyq_running_leases", "gauge", "Running jobs whose lease has not run out.",
            [((("queue", q["queue"]),), q["leases"]) for q in stats])
     family("tinyq_oldest_waiting_seconds", "gauge", "How long the longest-waiting due job has been due.",

@@ -1,13 +1,64 @@
-"""What an operator reads about a store, shared by the command line and the dashboard: one
-job's story (tq_get, tq_steps, and its timeline from tq_watch), pages of a queue's jobs
-(tq_jobs, continued by `after`, never OFFSET), and the schedules (tq_schedules)."""
+"""What an operator reads about a store, shared by the command line and the dashboard: the
+connection to an existing store (`connect`), one job's story (tq_get, tq_steps, and its
+timeline from tq_watch), pages of a queue's jobs (tq_jobs, continued by `after`, never
+OFFSET), and the schedules (tq_schedules)."""
 import json
+import os
 import sqlite3
+import urllib.parse
 
-LIST_STATES = ("waiting", "scheduled", "running", "done", "failed")
+from ._connection import load
+
+# The states of a job, in the order the lists show them.
+STATES = ("waiting", "scheduled", "running", "done", "failed")
 # A list row: what a table shows; payload, result and meta are on the job's page.
 LIST_COLUMNS = ("id, queue, state, group_key, priority, attempt, run_at, lease_until, worker, "
                 "error, progress, created_at, settled_at")
+
+
+class Failure(Exception):
+    """An error for the operator: one line on stderr and an exit status."""
+
+    def __init__(self, message, status=2):
+        super().__init__(message)
+        self.status = status
+
+
+def connect(path, check_same_thread=True):
+    """A connection, with tinyq loaded, to an existing database that has a tinyq store."""
+    if not os.path.exists(path):
+        raise Failure("no such file: %s" % path)
+    if not os.path.isfile(path):
+        raise Failure("not a database file: %s" % path)
+    mode = "rw" if os.access(path, os.W_OK) else "ro"
+    uri = "file:%s?mode=%s" % (urllib.parse.quote(os.path.abspath(path)), mode)
+    conn = sqlite3.connect(uri, uri=True, isolation_level=None, timeout=5.0,
+                           check_same_thread=check_same_thread)
+    try:
+        load(conn)
+        # tq_debug reads the stored schema version: "... schema none (...)" without a store.
+        store = " schema none " not in one(conn, "SELECT tq_debug()")
+    except sqlite3.DatabaseError as err:          # "file is not a database", ...
+        conn.close()
+        raise Failure("%s: %s" % (path, err))
+    except BaseException:
+        conn.close()
+        raise
+    if not store:
+        conn.close()
+        raise Failure("%s has no tinyq store (no tinyq_* tables); nothing was changed" % path)
+    return conn
+
+
+def rows(conn, sql, *args):
+    """(column names, rows) of a query."""
+    cur = conn.execute(sql, args)
+    return [c[0] for c in cur.description], cur.fetchall()
+
+
+def one(conn, sql, *args):
+    row = conn.execute(sql, args).fetchone()
+    return None if row is None else row[0]
 
 
 def dicts(conn, sql, *args):

@@ -7,7 +7,7 @@
  * time at once. (libfaketime fakes the monotonic clock too, or, told not to, makes Python's
  * time.sleep fail with EINVAL.)
  *
- *   gcc -shared -fPIC -O2 -o clockshift.so tests/clockshift.c -ldl
+ *   gcc -shared -fPIC -O2 -o clockshift.so tests/support/clockshift.c -ldl
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>

@@ -1,10 +1,10 @@
 #!/usr/bin/python3
 """Real worker processes for tests/test_limits.py and tests/test_recovery.py.
 
-    /usr/bin/python3 tests/proc_worker.py MODE DB_PATH 'JSON ARGS'
+    /usr/bin/python3 tests/support/proc_worker.py MODE DB_PATH 'JSON ARGS'
 
 Each process opens its own connection (tinyq loaded, WAL, a busy timeout unless told
-otherwise) exactly the way tests/conftest.py's `connect` does. Modes:
+otherwise) exactly the way tests/helpers.py's `connect` does. Modes:
 
 - hold      claim once, print the rows as one JSON line, then obey JSON commands read
             from stdin (run SQL, close/reopen the connection, exit). Used to keep a LIVE
@@ -31,11 +31,13 @@ import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-EXT = os.environ.get("TINYQ_EXT") or os.path.join(os.path.dirname(HERE), "dist", "tinyq")
+TESTS = os.path.dirname(HERE)
+EXT = os.environ.get("TINYQ_EXT") or os.path.join(os.path.dirname(TESTS), "dist", "tinyq")
 
 
-# The same connection and helpers as the tests (this folder is on sys.path when run).
-from conftest import claim, connect, one  # noqa: E402
+# The same connection and helpers as the tests (tests/helpers.py).
+sys.path.insert(0, TESTS)
+from helpers import claim, connect, one  # noqa: E402
 
 
 def err_info(e):

@@ -1,11 +1,11 @@
 'use strict';
-// The Node processes of the soak (tests/soak.py), through the Node helper; the same roles
-// and job kinds as tests/soak_worker.py:
+// The Node processes of the soak (tests/support/soak.py), through the Node helper; the same roles
+// and job kinds as tests/support/soak_worker.py:
 //   node soak_worker.js worker   DB LOG SEED
 //   node soak_worker.js producer DB LOG SEED STOP
 const fs = require('fs');
 const path = require('path');
-const tinyq = require(path.join(__dirname, '..', 'node', 'index.js'));
+const tinyq = require(path.join(__dirname, '..', '..', 'node', 'index.js'));
 
 const KINDS = (process.env.TINYQ_SOAK_KINDS || 'ok,ok,ok,ok,ok,steps,steps,steps,retry,snooze,error,fail').split(',');
 const QUEUE = process.env.TINYQ_SOAK_QUEUE || 'soak';

@@ -3,11 +3,11 @@
 carries) instead of Debian's 3.40: add/claim/settle, order, steps, watch, limits, leases,
 errors, busy, transactions, triggers, DIRECTONLY, and a clean close.
 
-Runs without pytest or conftest (apsw lives in its own venv):
+Runs without pytest or tests/helpers.py (apsw lives in its own venv):
 
     /usr/bin/python3 -m venv /tmp/tinyq-apsw-venv
     /tmp/tinyq-apsw-venv/bin/pip install apsw
-    /tmp/tinyq-apsw-venv/bin/python tests/run_apsw.py [path/to/tinyq.so]
+    /tmp/tinyq-apsw-venv/bin/python tests/support/run_apsw.py [path/to/tinyq.so]
 
 Prints the SQLite version, one line per scenario, and a summary; exits 1 if any failed.
 tests/test_faults.py::test_scenarios_on_a_second_sqlite_through_apsw runs it.
@@ -22,7 +22,7 @@ import traceback
 import apsw
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-SO = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(HERE), "dist", "tinyq.so")
+SO = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(os.path.dirname(HERE)), "dist", "tinyq.so")
 T0 = 1_800_000_000_000
 
 SCENARIOS = []

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""The Python processes of the soak (tests/soak.py), through the Python helper (tinyq.Queue).
+"""The Python processes of the soak (tests/support/soak.py), through the Python helper (tinyq.Queue).
 
     soak_worker.py worker   DB LOG SEED    Queue.work(handler, concurrency=2) until SIGTERM
     soak_worker.py producer DB LOG SEED    adds jobs (and cancels some) until the stop file
@@ -17,7 +17,7 @@ import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(os.path.dirname(HERE), "python"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(HERE)), "python"))
 import tinyq  # noqa: E402
 
 KINDS = (os.environ.get("TINYQ_SOAK_KINDS") or "ok,ok,ok,ok,ok,steps,steps,steps,retry,snooze,error,fail").split(",")
@@ -85,7 +85,8 @@ def producer(db, log, rnd, stop):
     q = tinyq.Queue(db, QUEUE)
     n, recent = 0, []
     while not os.path.exists(stop):
-        backlog = tinyq._one(q.conn, "SELECT waiting + scheduled FROM tq_stats(?)", QUEUE) or 0
+        row = q.conn.execute("SELECT waiting + scheduled FROM tq_stats(?)", (QUEUE,)).fetchone()
+        backlog = (row[0] if row else None) or 0
         if backlog < 150:
             n += 1
             kind = rnd.choice(KINDS)

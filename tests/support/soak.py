@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """The soak: many real processes on one store for a long while, audited from tq_watch.
 
-    /usr/bin/python3 tests/soak.py [--seconds 600]      (make soak)
+    /usr/bin/python3 tests/support/soak.py [--seconds 600]      (make soak)
     tests/test_soak.py runs it for 60 s inside make test.
 
 On queue `soak` (lease 3s, concurrency 6, rate 60/1s, group_concurrency 2, backoff 50ms,
@@ -35,9 +35,9 @@ import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
-sys.path.insert(0, HERE)
-from conftest import EXT, connect  # noqa: E402
+ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.dirname(HERE))  # tests/, for helpers.py
+from helpers import EXT, connect  # noqa: E402
 
 QUEUE = "soak"
 CONCURRENCY, RATE, GROUP_CONCURRENCY = 6, (60, 1000), 2

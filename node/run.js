@@ -1,0 +1,85 @@
+'use strict';
+// What a handler gets besides its payload (Run) and what it throws to end an attempt
+// (Outcome, Cancelled).
+const { decode, encode, one } = require('./sql.js');
+
+// -- a run: what a handler gets besides its payload ------------------------------------
+
+/** Thrown by run.retry / run.snooze / run.fail: the loop settles the job with it. Not an
+ * Error, so `catch (e) { if (e instanceof Error) ... }` in a handler lets it through. */
+class Outcome {
+  constructor(outcome, value) {
+    this.outcome = outcome; // 'retry' | 'snooze' | 'fail', or null: settle nothing
+    this.value = value;
+  }
+}
+
+/** This attempt no longer holds its job (cancelled, timed out, or taken by a later
+ * attempt): thrown by run.step when its answer could not be kept. Nothing is settled. */
+class Cancelled extends Outcome {
+  constructor(reason) {
+    super(null, reason);
+  }
+}
+
+class Run {
+  constructor(db, job) {
+    this.db = db; // the worker's connection, for the handler's own SQL
+    this.id = job.id;
+    this.attempt = job.attempt;
+    this.group = job.group_key;
+    this.leaseUntil = job.lease_until;
+    this.deadline = job.deadline;
+    const meta = decode(job.meta ?? null);
+    this.meta = meta !== null && typeof meta === 'object' && !Array.isArray(meta) ? meta : {}; // tq_add's meta
+    this.cancelled = false; // true once the job was cancelled or timed out
+    this._abort = new AbortController();
+    this.signal = this._abort.signal; // aborted when `cancelled` becomes true (for fetch etc.)
+    this._payload = job.payload;
+  }
+
+  _cancel() {
+    if (!this.cancelled) {
+      this.cancelled = true;
+      this._abort.abort();
+    }
+  }
+
+  /** The answer kept under `name` by any attempt; else `await fn()`, kept as JSON. */
+  async step(name, fn) {
+    let kept = one(this.db, 'SELECT tq_step_get(?, ?)', this.id, name);
+    if (kept === null) {
+      const value = JSON.stringify((await fn()) ?? null);
+      kept = one(this.db, 'SELECT tq_step_put(?, ?, ?, ?)', this.id, this.attempt, name, value);
+      if (kept === null) {
+        this._cancel();
+        throw new Cancelled(`step "${name}" not kept: attempt ${this.attempt} of ${this.id} no longer holds the job`);
+      }
+    }
+    return decode(kept);
+  }
+
+  /** Record progress (text as is, anything else as JSON); false when the job is gone. */
+  progress(value) {
+    const ok = one(this.db, 'SELECT tq_progress(?, ?, ?)', this.id, this.attempt, encode(value)) === 1;
+    if (!ok) this._cancel();
+    return ok;
+  }
+
+  /** End this attempt; run again after `delay` (default: the backoff). Counts. */
+  retry(delay) {
+    throw new Outcome('retry', delay);
+  }
+
+  /** End this attempt; run again after `delay`. Does not count against the budget. */
+  snooze(delay) {
+    throw new Outcome('snooze', delay);
+  }
+
+  /** Fail the job for good now, with `reason` as its error. */
+  fail(reason) {
+    throw new Outcome('fail', String(reason));
+  }
+}
+
+module.exports = { Run, Outcome, Cancelled };

@@ -1,0 +1,308 @@
+'use strict';
+// The loop behind Queue.work: claims and settles in one transaction, runs up to
+// `concurrency` handlers at once, renews their leases in one statement (the heartbeat), and
+// sleeps in tq_wait on a worker_thread (waiter.js) when idle.
+const os = require('os');
+const path = require('path');
+const util = require('util');
+const { decode, encode, errorText, extensionPath, one, open, options, rows } = require('./sql.js');
+const { Outcome, Run } = require('./run.js');
+
+// -- the worker loop -------------------------------------------------------------------
+
+// An idle worker sleeps in tq_wait on a worker_thread of its own (waiter.js), which posts a
+// message when a job may be claimable: better-sqlite3 is synchronous, so tq_wait on the main
+// thread would freeze the event loop. The loop also claims every `poll` ms whatever happens.
+
+/** The claim statement: with the job's meta when this build's tq_claim has its hidden
+ * `meta` column (store schema 3 and later), NULL in its place before. */
+function claimStatement(db, claimOpts) {
+  const hasMeta = db.prepare("SELECT 1 FROM pragma_table_xinfo('tq_claim') WHERE name = 'meta'").pluck().get();
+  return `SELECT id, attempt, payload, group_key, lease_until, deadline, ${hasMeta ? 'meta' : 'NULL AS meta'}`
+    + ` FROM tq_claim(?, ?, ?${claimOpts === null ? ')' : ', ?)'}`;
+}
+
+/** The waiter thread, and `arm()`: wake me (the promise resolves) when a job may be claimable. */
+function startWaiter(file, queueName) {
+  const { Worker } = require('worker_threads');
+  const stop = new Int32Array(new SharedArrayBuffer(4)); // 1: the worker stopped (waiter.js)
+  const worker = new Worker(path.join(__dirname, 'waiter.js'), {
+    workerData: { file, queue: queueName, extension: extensionPath(), stop },
+  });
+  worker.unref(); // never what keeps a process alive
+  let waiting = false; // a tq_wait is under way
+  const resolvers = [];
+  worker.on('message', () => {
+    waiting = false;
+    for (const resolve of resolvers.splice(0)) resolve();
+  });
+  let dead = false; // the thread failed or exited: wake-ups fall back to timers
+  let exited;
+  const exit = new Promise((resolve) => { exited = resolve; });
+  const died = () => {
+    dead = true;
+    exited();
+    for (const resolve of resolvers.splice(0)) resolve();
+  };
+  worker.on('error', (err) => {
+    console.warn(`tinyq: the wake-up thread failed: ${err.message}`);
+    died();
+  });
+  worker.on('exit', died);
+  return {
+    /** Resolves when the waiter's tq_wait returns (after `poll` ms at most). */
+    arm(poll) {
+      if (dead) return new Promise((resolve) => setTimeout(resolve, poll).unref());
+      if (!waiting) {
+        waiting = true;
+        worker.postMessage({ poll });
+      }
+      return new Promise((resolve) => resolvers.push(resolve));
+    },
+    /** Stops the thread; resolves once it has closed its connection (CLOSE_MS at most), so
+     * nothing of the worker touches the database after work() returns. */
+    async close() {
+      Atomics.store(stop, 0, 1);
+      worker.postMessage({ close: true });
+      let timer;
+      await Promise.race([exit, new Promise((resolve) => { timer = setTimeout(resolve, CLOSE_MS); })]);
+      clearTimeout(timer);
+    },
+  };
+}
+
+const CLOSE_MS = 2000; // the longest work() waits for its wake-up thread to end
+const AUTO_AHEAD = 7; // what prefetch 'auto' claims ahead, while handlers are fast
+const FAST_MS = 1; // ... that is, while they took under 1 ms (a moving average)
+const FLUSH_MS = 20; // a settle waits at most this long for the next claim
+const MAX_CLAIM = 1000; // tq_claim's largest n
+
+/** How many jobs the worker claims ahead of its running handlers (the `prefetch` option),
+ * as Python's threads do. A whole number is fixed. 'auto' claims AUTO_AHEAD ahead only while
+ * the recent handlers (a moving average) took under FAST_MS: then a job claimed ahead waits a
+ * few milliseconds at most, and a backlog of tiny jobs costs one commit per AUTO_AHEAD + 1
+ * jobs instead of one per job. The first claim, and every claim after slow handlers, takes
+ * only the free places. */
+class Pace {
+  constructor(prefetch) {
+    this.fixed = wholeNumber('prefetch', prefetch, 0, 'auto') === 'auto' ? null : prefetch;
+    this.average = null; // ms
+  }
+
+  took(ms) {
+    this.average = this.average === null ? ms : 0.7 * this.average + 0.3 * ms;
+  }
+
+  ahead() {
+    if (this.fixed !== null) return this.fixed;
+    return this.average !== null && this.average < FAST_MS ? AUTO_AHEAD : 0;
+  }
+}
+
+/** The option `value` when it is a whole number >= `least` (or `other`), else an error
+ * naming the option and the value. */
+function wholeNumber(option, value, least, other) {
+  if ((other !== undefined && value === other) || (Number.isSafeInteger(value) && value >= least)) return value;
+  const also = other === undefined ? '' : `${util.inspect(other)} or `;
+  throw new Error(`${option} must be ${also}a whole number >= ${least}, not ${util.inspect(value)}`);
+}
+
+async function workLoop(queue, handler, opts) {
+  const concurrency = wholeNumber('concurrency', opts.concurrency ?? 1, 1);
+  const errors = opts.errors ?? 'message';
+  if (errors !== 'message' && errors !== 'class') throw new Error(`errors must be 'message' or 'class', not ${errors}`);
+  const pace = new Pace(opts.prefetch ?? 'auto');
+  const worker = opts.worker || `${os.hostname()}:${process.pid}`;
+  const poll = opts.poll ?? 1000;
+  const claimOpts = options({ lease: opts.lease });
+
+  const file = queue.path || queue.db.name;
+  if (!file || file === ':memory:' || queue.db.memory) {
+    throw new Error('Queue.work needs a database file (not :memory:)');
+  }
+  const db = open(file); // the worker's own connection: never inside the caller's transaction
+  const claimSql = claimStatement(db, claimOpts);
+  const waiter = startWaiter(file, queue.name);
+  const inflight = new Set();
+  const heartbeat = startHeartbeat(db);
+  let handled = 0;
+  let wake = null; // ends the current nap: a handler finished, stop(), or the waiter
+  queue._wake = () => wake && wake();
+  const nap = (ms, idle) => new Promise((resolve) => {
+    const timer = setTimeout(() => { wake = null; resolve(); }, ms);
+    wake = () => { clearTimeout(timer); wake = null; resolve(); };
+    if (idle) waiter.arm(ms).then(() => wake && wake());
+  });
+
+  const onSignal = () => queue.stop();
+  if (opts.handleSignals) {
+    process.once('SIGTERM', onSignal);
+    process.once('SIGINT', onSignal);
+  }
+  // [run, outcome, value, when] of handlers that ended, to settle with the next claim
+  const finished = [];
+  // Runs claimed ahead (prefetch), not started: leased, and renewed by the heartbeat
+  const ahead = [];
+  const claimArgs = (n) => (claimOpts === null ? [queue.name, worker, n] : [queue.name, worker, n, claimOpts]);
+  const start = (run) => {
+    if (run.cancelled) return heartbeat.remove(run); // cancelled while it waited, claimed ahead
+    const p = runOne(run, handler, errors, finished, heartbeat, pace).finally(() => {
+      inflight.delete(p);
+      queue._wake();
+    });
+    inflight.add(p);
+    handled += 1;
+  };
+  try {
+    while (!queue._stopping) {
+      while (inflight.size < concurrency && ahead.length > 0) start(ahead.shift());
+      const free = concurrency - inflight.size;
+      if (free <= 0) { // every place busy: the settles wait for the next claim, FLUSH_MS at most
+        const wait = finished.length === 0 ? poll : FLUSH_MS - (Date.now() - finished[0][3]);
+        if (wait > 0) {
+          await nap(Math.min(wait, poll), false); // a finishing handler wakes us
+          continue;
+        }
+      }
+      const want = free > 0 ? Math.min(free + pace.ahead(), MAX_CLAIM) : 0;
+      const runs = settleAndClaim(db, finished.splice(0), want > 0 ? claimSql : null, claimArgs(want))
+        .map((job) => new Run(db, job));
+      for (const run of runs.slice(free)) {
+        heartbeat.add(run);
+        ahead.push(run);
+      }
+      runs.slice(0, free).forEach(start);
+      if (free > 0 && runs.length < free) await nap(poll, true); // idle places: sleep in the waiter's tq_wait
+    }
+  } finally {
+    process.removeListener('SIGTERM', onSignal);
+    process.removeListener('SIGINT', onSignal);
+    await Promise.allSettled(inflight); // claim nothing more; wait for the work in flight
+    // Jobs claimed ahead go back in line: a snooze of 0 does not use up a try.
+    const back = ahead.splice(0).filter((run) => !run.cancelled).map((run) => [run, 'snooze', 0]);
+    try {
+      settleAndClaim(db, finished.splice(0).concat(back), null, []);
+    } finally { // a last settle that fails still stops the heartbeat and the waiter
+      heartbeat.close();
+      db.close();
+      await waiter.close();
+    }
+  }
+  return handled;
+}
+
+/** The settles of every handler that ended since the last turn, and the claim of the free
+ * places (claimSql null: none), in one transaction: one commit for several jobs. Busy: tried
+ * three times, then the settles are dropped (their leases run out and the jobs run again). */
+function settleAndClaim(db, batch, claimSql, args) {
+  if (batch.length === 0 && claimSql === null) return [];
+  const body = db.transaction(() => {
+    for (const [run, outcome, value] of batch) settleIn(db, run, outcome, value);
+    return claimSql === null ? [] : rows(db, claimSql, ...args);
+  });
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return body.immediate();
+    } catch (err) {
+      if (!isBusy(err)) throw err;
+      if (attempt === 3) {
+        console.error(`tinyq: settling ${batch.length} jobs / claiming failed: ${err.message}`);
+        return [];
+      }
+    }
+  }
+}
+
+function isBusy(err) {
+  return /SQLITE_BUSY|SQLITE_LOCKED/.test(err && err.code) || /locked|busy/i.test(err && err.message);
+}
+
+/** One claimed job: run the handler (its lease renewed by the heartbeat), then queue its
+ * settle for the next claim (unless cancelled). */
+async function runOne(run, handler, errors, finished, heartbeat, pace) {
+  heartbeat.add(run);
+  const started = performance.now();
+  let outcome, value;
+  try {
+    const result = await handler(decode(run._payload), run);
+    [outcome, value] = ['done', result === undefined ? undefined : encode(result)];
+  } catch (err) {
+    [outcome, value] = err instanceof Outcome ? [err.outcome, err.value] : ['error', errorText(err, errors)];
+  } finally {
+    heartbeat.remove(run);
+    pace.took(performance.now() - started);
+  }
+  if (outcome && !run.cancelled) finished.push([run, outcome, value, Date.now()]); // settled with the next claim
+}
+
+const RENEW_ALL = "SELECT tq_renew(json_extract(value, '$[0]'), json_extract(value, '$[1]')) AS lease FROM json_each(?)";
+
+/** The worker's heartbeat: when the earliest running job is at half its lease, every running
+ * job is renewed, in one statement of one transaction. A NULL marks the run cancelled. */
+function startHeartbeat(db) {
+  const due = new Map(); // run -> time of its next renewal (ms)
+  const every = (run) => Math.max(run.leaseUntil - Date.now(), 100) / 2;
+  let timer = null;
+  let timerAt = Infinity; // when the timer fires
+  const renew = db.transaction((pairs) => rows(db, RENEW_ALL, pairs).map((r) => r.lease));
+  const schedule = () => {
+    clearTimeout(timer);
+    timer = null;
+    timerAt = Infinity;
+    if (due.size === 0) return;
+    let earliest = Infinity;
+    for (const at of due.values()) earliest = Math.min(earliest, at);
+    timerAt = earliest;
+    timer = setTimeout(beat, Math.max(earliest - Date.now(), 1));
+  };
+  const beat = () => {
+    const runs = [...due.keys()];
+    try {
+      const leases = renew.immediate(JSON.stringify(runs.map((run) => [run.id, run.attempt])));
+      runs.forEach((run, i) => {
+        if (leases[i] === null) {
+          run._cancel(); // cancelled, timed out, or taken by a later attempt: stop renewing
+          due.delete(run);
+        } else {
+          run.leaseUntil = leases[i];
+          if (due.has(run)) due.set(run, Date.now() + every(run));
+        }
+      });
+    } catch (err) {
+      console.warn(`tinyq: renewing ${runs.length} leases failed: ${err.message}`);
+      const soon = Date.now() + 250; // busy, most likely: try again soon
+      for (const run of runs) if (due.has(run)) due.set(run, soon);
+    }
+    schedule();
+  };
+  return {
+    add(run) {
+      const at = Date.now() + every(run);
+      due.set(run, at);
+      if (at < timerAt) schedule(); // only then: most jobs have the same lease
+    },
+    remove(run) {
+      due.delete(run); // a timer left for it renews the others a little early: harmless
+      if (due.size === 0) schedule();
+    },
+    close() {
+      due.clear();
+      schedule();
+    },
+  };
+}
+
+/** tq_settle inside the caller's transaction. A settle the extension refuses (a bad delay,
+ * say) is recorded as an error instead, so the job does not sit until its lease ends. */
+function settleIn(db, run, outcome, value) {
+  const args = [run.id, run.attempt, outcome];
+  if (value !== undefined && value !== null) args.push(value);
+  try {
+    return one(db, `SELECT tq_settle(${args.map(() => '?').join(', ')})`, ...args);
+  } catch (err) {
+    if (isBusy(err) || outcome === 'error') throw err;
+    return settleIn(db, run, 'error', errorText(err));
+  }
+}
+
+module.exports = { workLoop };
