@@ -39,7 +39,7 @@ SCENARIO="$ROOT/tests/drivers/scenario.json"
 # Debian's arm64 packages to run the aarch64 build: sqlite3, and python3 with its sqlite3 module.
 ARM64_RUNTIME=(libc6 libgcc-s1 sqlite3 libsqlite3-0 libreadline8 libtinfo6 zlib1g
                python3.11-minimal libpython3.11-minimal libpython3.11-stdlib libexpat1 libffi8
-               libbz2-1.0 liblzma5 libmpdec3 libncursesw6 libuuid1 libcrypt1 libdb5.3 libgdbm6
+               libbz2-1.0 liblzma5 libncursesw6 libuuid1 libcrypt1 libdb5.3 libgdbm6
                libnsl2 libtirpc3 libssl3)
 
 say() { echo "release: $*" >&2; }
