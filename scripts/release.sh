@@ -147,8 +147,10 @@ build() {
   local arch=$1 target="$1-unknown-linux-gnu" rustc=()
   [ "$arch" = aarch64 ] && rustc=(env RUSTC="$RUST_ROOT/rustc")
   say "building tinyq.so for $arch, glibc $GLIBC_MAX"
-  "${rustc[@]}" nice cargo zigbuild --quiet --release --lib --locked \
-    --target "$target.$GLIBC_MAX" --target-dir "$ROOT/target/release-$arch"
+  # From outside the repository: zig names its lib folder relative to the current folder when
+  # it is inside it, and cargo-zigbuild hands that path to bindgen, which runs elsewhere.
+  (cd "$work" && "${rustc[@]}" nice cargo zigbuild --quiet --release --lib --locked \
+    --manifest-path "$ROOT/Cargo.toml" --target "$target.$GLIBC_MAX" --target-dir "$ROOT/target/release-$arch")
   mkdir -p "$(stage "$arch")"
   cp "$ROOT/target/release-$arch/$target/release/libtinyq.so" "$(stage "$arch")/tinyq.so"
 }
