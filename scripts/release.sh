@@ -160,7 +160,8 @@ glibc_needed() { objdump -T "$1" | grep -o 'GLIBC_[0-9.]*' | sort -uV | tail -1;
 check_binary() {
   local arch=$1 so newest
   so="$(stage "$arch")/tinyq.so"
-  objdump -f "$so" | grep -q "architecture: ${arch/x86_64/i386:x86-64}" || die "$so is not an $arch library"
+  readelf -h "$so" | grep -Eq "Machine: +$([ "$arch" = x86_64 ] && echo 'Advanced Micro Devices X86-64' || echo AArch64)$" ||
+    die "$so is not an $arch library"
   newest="$(glibc_needed "$so")"
   [ "$(printf '%s\n' "$newest" "GLIBC_$GLIBC_MAX" | sort -V | tail -1)" = "GLIBC_$GLIBC_MAX" ] ||
     die "$so needs $newest, more than GLIBC_$GLIBC_MAX"
@@ -173,7 +174,8 @@ scenario() {
   so="$(stage "$arch")/tinyq.so"
   version="$(PATH="$bin$PATH" sqlite3 :memory: ".load ${so%.so}" "SELECT tq_version()")"
   [ "$version" = "$VERSION" ] || die "linux-$arch tq_version() is '$version', Cargo.toml says $VERSION"
-  echo "linux-$arch $(PATH="$bin$PATH" bash tests/drivers/shell/runner.sh "$so" "$SCENARIO" "$work/$arch.db")"
+  echo "linux-$arch $(PATH="$bin$PATH" bash tests/drivers/shell/runner.sh "$so" "$SCENARIO" "$work/$arch.db")" \
+    "by $(PATH="$bin$PATH" command -v sqlite3)"
 }
 
 tarball() {
@@ -187,21 +189,23 @@ tarball() {
 wheel() {
   local arch=$1
   "$PY" -m pip wheel --quiet --disable-pip-version-check --no-deps --no-index -w "$OUT" \
-    -C so="$(stage "$arch")/tinyq.so" -C platform="manylinux_2_17_$arch.manylinux2014_$arch" ./python
+    --config-settings=so="$(stage "$arch")/tinyq.so" \
+    --config-settings=platform="manylinux_2_17_$arch.manylinux2014_$arch" ./python
 }
 wheel_file() { echo "$OUT/sqlite_tinyq-$VERSION-py3-none-manylinux_2_17_$1.manylinux2014_$1.whl"; }
 
 # What a user runs after `pip install sqlite-tinyq`: tinyq.load() finds the wheel's own .so.
 WHEEL_CHECK='
-import os, sqlite3, sys, tinyq
+import os, platform, sqlite3, sys, tinyq
 here = os.path.dirname(tinyq.__file__)
 assert os.path.realpath(tinyq.extension_path()) == os.path.realpath(os.path.join(here, "tinyq.so")), tinyq.extension_path()
 assert not os.path.realpath(here).startswith(sys.argv[1]), here   # not the repository copy
 conn = tinyq.load(sqlite3.connect(":memory:"))
 version = conn.execute("SELECT tq_version()").fetchone()[0]
 assert version == tinyq.__version__ == sys.argv[2], (version, tinyq.__version__)
-print("tinyq %s (wheel %s) in Python %s, SQLite %s: loaded %s" % (version, tinyq.__version__,
-      sys.version.split()[0], sqlite3.sqlite_version, os.path.relpath(tinyq.extension_path(), sys.argv[3])))
+print("tinyq %s (wheel %s) in Python %s on %s, SQLite %s: loaded %s" % (version, tinyq.__version__,
+      sys.version.split()[0], platform.machine(), sqlite3.sqlite_version,
+      os.path.relpath(tinyq.extension_path(), sys.argv[3])))
 '
 try_wheels() {
   say "installing the x86_64 wheel into a fresh venv"
@@ -209,7 +213,7 @@ try_wheels() {
   "$work/venv/bin/pip" install --quiet --disable-pip-version-check --no-index "$(wheel_file x86_64)"
   echo "wheel x86_64: $(cd "$work" && env -u PYTHONPATH -u TINYQ_EXT "$work/venv/bin/python" -c "$WHEEL_CHECK" "$ROOT" "$VERSION" "$work")"
   say "installing the aarch64 wheel for arm64 Python (pip --platform), run under qemu"
-  "$PY" -m pip install --quiet --disable-pip-version-check --no-index --no-deps --target "$work/arm64-site" \
+  "$PY" -m pip install --quiet --disable-pip-version-check --root-user-action=ignore --no-index --no-deps --target "$work/arm64-site" \
     --platform manylinux2014_aarch64 --only-binary=:all: "$(wheel_file aarch64)"
   echo "wheel aarch64: $(cd "$work" && env -u TINYQ_EXT PYTHONPATH="$work/arm64-site" \
     "$TOOLS/arm64/python3" -c "$WHEEL_CHECK" "$ROOT" "$VERSION" "$work")"
