@@ -48,10 +48,13 @@ $(EXT): $(shell find src sql -type f 2>/dev/null) Cargo.toml build.rs | build-de
 
 # Format, lints (Cargo.toml [lints]: pedantic, each exemption justified) and the checks of
 # the repository itself: query plans pinned, docs self-contained. Under a minute after `make`.
+# Both builds are linted: the loadable one and the one linked into a Rust program (rusqlite).
 .PHONY: check fuzz
 check: deps $(EXT)
 	$(CARGO) fmt --check
+	$(CARGO) fmt --check --manifest-path examples/rust/Cargo.toml
 	$(CARGO) clippy --release --all-targets -- -D warnings
+	$(CARGO) clippy --release --lib --no-default-features --features rusqlite -- -D warnings
 	$(PY) -m pytest -q tests/test_query_plans.py tests/test_docs.py
 
 # The long fuzz run (tests/test_fuzz.py): every function, random arguments and interleavings,
