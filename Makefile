@@ -4,7 +4,7 @@ PY ?= /usr/bin/python3
 CARGO ?= cargo
 EXT := dist/tinyq.so
 
-.PHONY: all loadable build-deps deps release demo test test-rust test-python test-python-current test-node test-drivers test-cluster soak bench bench-quick screenshots clean \
+.PHONY: all loadable build-deps deps release demo test test-rust test-python test-python-current test-node test-node-drivers test-drivers test-cluster soak bench bench-quick screenshots clean \
 	install uninstall wheel npm-pack test-npm-package
 
 all: loadable
@@ -69,7 +69,7 @@ fuzz: deps $(EXT)
 demo: deps $(EXT)
 	$(PY) examples/demo.py
 
-test: deps $(EXT) test-rust test-python test-node test-drivers test-cluster test-python-current
+test: deps $(EXT) test-rust test-python test-node test-node-drivers test-drivers test-cluster test-python-current
 
 test-rust: deps
 	$(CARGO) test --release --lib
@@ -95,6 +95,11 @@ node/node_modules: node/package.json | deps
 test-node: deps $(EXT) node/node_modules
 	cd node && node --test test/
 
+# The same Node tests on node:sqlite (a Node 24 from npm) and on Bun's bun:sqlite and node:sqlite
+# (Bun from npm), installed once under target/drivers/npm. About 2.5 minutes, one after another.
+test-node-drivers: deps $(EXT) node/node_modules
+	bash tests/drivers/node_helper_suite.sh
+
 # One scenario (tests/drivers/scenario.json) through every driver of docs/drivers.md, and PHP's
 # query() trap pinned; installs what is missing (Debian, Bun/Deno from npm, rusqlite from
 # crates.io), builds under target/drivers/. Warm: a few seconds. TINYQ_DRIVERS="php go" for some.
@@ -116,12 +121,14 @@ soak: deps $(EXT) node/node_modules
 # huey; set up under bench/work/ on first run): bench/results/latest.md and peers.md.
 # bench/workers.py: the worker helpers (threads, asyncio, Node) beside huey's consumer,
 # liteque and plainjob (npm, under bench/work/node/): bench/results/workers.md.
+# bench/idle.py: CPU of 1, 20 and 100 idle work() calls and the add-to-start latency: bench/results/idle.md.
 # bench/scale.py: the cost of one call as the store grows (COST-01): bench/results/scale.md and scale.png.
 bench: deps $(EXT) node/node_modules
 	$(PY) bench/lifecycle.py
 	$(PY) bench/lifecycle.py --floor-variants
 	$(PY) bench/peers.py
 	$(PY) bench/workers.py
+	$(PY) bench/idle.py
 	$(PY) bench/scale.py
 	$(PY) bench/durability.py
 
@@ -130,6 +137,7 @@ bench-quick: deps $(EXT) node/node_modules
 	$(PY) bench/lifecycle.py --quick --floor-variants
 	$(PY) bench/peers.py --quick
 	$(PY) bench/workers.py --quick
+	$(PY) bench/idle.py --quick
 	$(PY) bench/scale.py --quick
 	$(PY) bench/durability.py --quick
 

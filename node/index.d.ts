@@ -1,6 +1,37 @@
 // Types for tinyq's Node helper (index.js). Checked by test/types.test.js with tsc.
 import type { Database as BetterDatabase, Options as DatabaseOptions } from 'better-sqlite3';
 
+/** node:sqlite's DatabaseSync (Node 22.13 and later, Bun), as tinyq uses it: open it with
+ * `{ allowExtension: true }` to load tinyq into it. */
+export interface NodeSqliteDatabase {
+  prepare(sql: string): unknown;
+  exec(sql: string): void;
+  enableLoadExtension(allow: boolean): void;
+  loadExtension(path: string): void;
+  close(): void;
+}
+
+/** bun:sqlite's Database, as tinyq uses it. */
+export interface BunDatabase {
+  readonly filename: string;
+  query(sql: string): unknown;
+  exec(sql: string): unknown;
+  transaction(fn: (...args: any[]) => unknown): unknown;
+  loadExtension(path: string): void;
+  close(throwOnError?: boolean): void;
+}
+
+/** A Database of any driver tinyq runs on. */
+export type SqliteDatabase = BetterDatabase | NodeSqliteDatabase | BunDatabase;
+/** The drivers, by the name `driver` options and $TINYQ_DRIVER take. */
+export type DriverName = 'better-sqlite3' | 'node:sqlite' | 'bun:sqlite';
+
+export interface QueueOptions {
+  /** The driver of the Database a Queue opens from a path (default: better-sqlite3 when it is
+   * installed and loads, else node:sqlite; in Bun, bun:sqlite; $TINYQ_DRIVER overrides). */
+  driver?: DriverName;
+}
+
 /** A duration: integer milliseconds, or text such as '500ms', '30s', '10m', '1.5h', '7d'. */
 export type Duration = number | string;
 /** A time: milliseconds since the Unix epoch, ISO-8601 text, or a Date. */
@@ -21,6 +52,21 @@ export interface AddOptions {
   attempts?: number;
   /** Kept beside the payload (a correlation id, a tenant, tags); handlers see it as run.meta. */
   meta?: Record<string, unknown>;
+  /** A job not started by then never starts: it fails with the error 'expired'. A time (ms
+   * since the epoch, ISO-8601 text or a Date) or a duration from now as text ('15m'). */
+  expires?: Time;
+  /** What an add of a present id does: 'keep' (the default: nothing), 'replace' (a job not
+   * started yet takes this add's payload and options) or 'debounce' (as replace, and its time
+   * becomes now + delay, never later than max_wait after the first add). Needs an id. */
+  on_conflict?: 'keep' | 'replace' | 'debounce';
+  /** With on_conflict 'debounce': the latest the job runs, counted from the add that created it. */
+  max_wait?: Duration;
+}
+
+/** addMany's options: add's for every job, and each job's own id. */
+export interface AddManyOptions extends Omit<AddOptions, 'id'> {
+  /** One id per payload, in order (as many as payloads). */
+  ids?: string[];
 }
 
 export interface Job<P = unknown, R = unknown> {
@@ -42,6 +88,8 @@ export interface Job<P = unknown, R = unknown> {
   ahead?: number;
   created_at: number;
   settled_at: number | null;
+  /** Its `expires` (ms), or null. */
+  expires: number | null;
   [key: string]: unknown;
 }
 
@@ -128,8 +176,8 @@ export class Cancelled extends Outcome {
 
 /** What a handler gets besides its payload. */
 export class Run {
-  /** The worker's own connection, for the handler's SQL. */
-  readonly db: BetterDatabase;
+  /** The worker's own connection (of the Queue's driver), for the handler's SQL. */
+  readonly db: SqliteDatabase;
   readonly id: string;
   readonly attempt: number;
   readonly group: string | null;
@@ -155,14 +203,17 @@ export class Run {
 
 export type Handler<P = any, R = unknown> = (payload: P, run: Run) => R | Promise<R>;
 
-/** One named queue in one SQLite file. */
-export class Queue<P = any> {
-  /** A path (the Queue opens its own Database) or a better-sqlite3 Database with tinyq loaded. */
-  constructor(dbOrPath: string | BetterDatabase, name: string);
+/** One named queue in one SQLite file; D: the type of its Database. */
+export class Queue<P = any, D extends SqliteDatabase = SqliteDatabase> {
+  /** A path (the Queue opens its own Database, with `options.driver`) or a Database with tinyq
+   * loaded: better-sqlite3, node:sqlite's DatabaseSync or bun:sqlite's. */
+  constructor(dbOrPath: string | D, name: string, options?: QueueOptions);
   readonly name: string;
-  readonly db: BetterDatabase;
+  readonly db: D;
   readonly path: string | null;
   add(payload: P, options?: AddOptions): string;
+  /** Adds one job per payload in one transaction and one statement; returns their ids in order. */
+  addMany(payloads: P[], options?: AddManyOptions): string[];
   get<R = unknown>(id: string): Job<P, R> | null;
   cancel(id: string): boolean;
   retry(id: string): boolean;
@@ -176,14 +227,19 @@ export class Queue<P = any> {
   schedules(): Schedule[];
   /** Runs `handler` for this queue's jobs until stop(); resolves with how many it handled. */
   work<R = unknown>(handler: Handler<P, R>, options?: WorkOptions): Promise<number>;
-  /** Claims nothing more; resolves once the jobs in flight have settled. */
+  /** Claims nothing more; resolves once the jobs in flight have settled (with 0 at once,
+   * called from one of this queue's handlers: it would wait for that handler). */
   stop(): Promise<number>;
   close(): void;
 }
 
 /** Where the extension is: $TINYQ_EXT, else tinyq.so next to index.js, else ../dist/tinyq.so. */
 export function extensionPath(): string;
-/** Loads tinyq into a better-sqlite3 Database; returns it. */
-export function load(db: BetterDatabase): BetterDatabase;
-/** A Database with tinyq loaded, WAL, synchronous=FULL and a 5 s busy timeout. */
-export function open(file: string, options?: DatabaseOptions): BetterDatabase;
+/** Loads tinyq into a Database of any of the drivers; returns it. */
+export function load<D extends SqliteDatabase>(db: D): D;
+/** A Database with tinyq loaded, WAL, synchronous=FULL and a 5 s busy timeout, of the driver
+ * named by `options.driver` (the other options go to its constructor), else the default one. */
+export function open(file: string, options: DatabaseOptions & { driver: 'better-sqlite3' }): BetterDatabase;
+export function open(file: string, options: { driver: 'node:sqlite'; [option: string]: unknown }): NodeSqliteDatabase;
+export function open(file: string, options: { driver: 'bun:sqlite'; [option: string]: unknown }): BunDatabase;
+export function open(file: string, options?: DatabaseOptions): SqliteDatabase;

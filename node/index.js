@@ -12,27 +12,35 @@
  *     return { sent: true };
  *   }, { concurrency: 4, handleSignals: true });   // until replies.stop(), SIGTERM or SIGINT
  *
- * Everything goes through tinyq's SQL functions over better-sqlite3, which is synchronous:
- * each call is short, and the handlers, lease renewals and the claim loop share the event
+ * Everything goes through tinyq's SQL functions over a synchronous driver (better-sqlite3,
+ * node:sqlite or bun:sqlite, see drivers.js): each call is short, and the handlers, lease renewals and the claim loop share the event
  * loop. A handler that computes for a long time without awaiting delays its own renewals.
  */
-const { encode, extensionPath, load, one, open, options, rows } = require('./sql.js');
+const { close, encode, extensionPath, load, one, open, options, rows, transaction } = require('./sql.js');
+const { adapterOf } = require('./drivers.js');
 const { Cancelled, Outcome, Run } = require('./run.js');
-const { workLoop } = require('./worker.js');
+const { inHandlerOf, workLoop } = require('./worker.js');
 
 // -- the queue -------------------------------------------------------------------------
 
+// Many adds, one statement: each element of the JSON array is a payload as stored (text), or
+// [payload, id], the id joining the options every add shares.
+const ADD_EACH = 'SELECT tq_add(?, value, ?) FROM json_each(?)';
+const ADD_EACH_WITH_ID = "SELECT tq_add(?, value ->> 0, json_set(coalesce(?, '{}'), '$.id', value ->> 1)) FROM json_each(?)";
+
 /** One named queue in one SQLite file. `dbOrPath` is a path (the Queue opens its own
- * Database) or a better-sqlite3 Database of yours with tinyq loaded. Every method but
- * work() runs on that Database, in whatever transaction it is in: none begins or commits. */
+ * Database, with `opts.driver` or the default driver) or a Database of yours with tinyq loaded:
+ * better-sqlite3, node:sqlite's DatabaseSync or bun:sqlite's. Every method but work() runs on
+ * that Database, in whatever transaction it is in: none begins or commits. */
 class Queue {
-  constructor(dbOrPath, name) {
+  constructor(dbOrPath, name, opts = {}) {
     if (typeof dbOrPath === 'string') {
       this.path = dbOrPath;
-      this.db = open(dbOrPath);
+      this.db = open(dbOrPath, { driver: opts.driver });
       this._ownsDb = true;
     } else {
       this.path = null;
+      adapterOf(dbOrPath); // an error now for what is not a Database
       this.db = dbOrPath;
       this._ownsDb = false;
     }
@@ -40,9 +48,11 @@ class Queue {
     this._working = null; // the promise of a running work()
     this._stopping = false;
     this._wake = () => {};
+    this._addEach = null; // addMany's transaction function, made on first use
   }
 
-  /** Add a job; returns its id. Options: id, delay, at, group, priority, attempts, meta. */
+  /** Add a job; returns its id. Options: id, delay, at, group, priority, attempts, meta,
+   * expires, on_conflict ('keep', 'replace', 'debounce') and max_wait (docs/reference.md). */
   add(payload, opts) {
     const o = options(opts);
     const id = o === null
@@ -50,6 +60,24 @@ class Queue {
       : one(this.db, 'SELECT tq_add(?, ?, ?)', this.name, encode(payload), o);
     this._wake(); // a worker of this Queue claims it without waiting for its next poll
     return id;
+  }
+
+  /** Add one job per payload, with the same options (add's; `ids`: each job's own id), in one
+   * transaction and one statement; returns their ids in order. All or nothing: an add that
+   * fails rolls the others back (a transaction of its own, or a savepoint inside yours). */
+  addMany(payloads, opts = {}) {
+    const { ids, ...shared } = opts;
+    if (ids !== undefined && ids.length !== payloads.length) {
+      throw new Error(`addMany: ${ids.length} ids for ${payloads.length} payloads`);
+    }
+    if (payloads.length === 0) return [];
+    const items = ids === undefined ? payloads.map(encode) : payloads.map((p, i) => [encode(p), ids[i]]);
+    // BEGIN IMMEDIATE, or a savepoint inside the caller's transaction (sql.js, transaction).
+    this._addEach ||= transaction(this.db, (sql, o, json) => rows(this.db, sql, this.name, o, json)
+      .map((row) => Object.values(row)[0]));
+    const added = this._addEach(ids === undefined ? ADD_EACH : ADD_EACH_WITH_ID, options(shared), JSON.stringify(items));
+    this._wake();
+    return added;
   }
 
   /** The job (tq_get) as an object, or null when there is no such job. */
@@ -128,15 +156,18 @@ class Queue {
     return this._working;
   }
 
-  /** Claim nothing more; the promise resolves once work() has finished its jobs in flight. */
+  /** Claim nothing more; the promise resolves once work() has finished its jobs in flight.
+   * Called from one of this queue's handlers it resolves at once (with 0): waiting would
+   * wait for the handler itself; work()'s own promise tells when everything has settled. */
   stop() {
     this._stopping = true;
     this._wake();
+    if (inHandlerOf.getStore() === this) return Promise.resolve(0);
     return this._working || Promise.resolve(0);
   }
 
   close() {
-    if (this._ownsDb) this.db.close();
+    if (this._ownsDb) close(this.db);
   }
 }
 

@@ -1,9 +1,10 @@
 'use strict';
-// Loading tinyq into better-sqlite3, and the small SQL helpers every part of the Node helper
-// uses: values bound as SQLite wants them, statements prepared once per Database.
+// Loading tinyq into a Database of any driver of drivers.js, and the small SQL helpers every
+// part of the Node helper uses: values bound as SQLite wants them, statements prepared once per
+// Database, transactions.
 const fs = require('fs');
 const path = require('path');
-const Database = require('better-sqlite3');
+const { adapterOf, openWith } = require('./drivers.js');
 
 // -- loading ---------------------------------------------------------------------------
 
@@ -31,32 +32,40 @@ function extensionPath() {
   throw new Error('tinyq extension not found: set TINYQ_EXT, or build dist/tinyq.so (make)');
 }
 
-/** Load tinyq into a better-sqlite3 Database; returns the Database. */
+/** Load tinyq into a Database (better-sqlite3, node:sqlite or bun:sqlite); returns it. */
 function load(db) {
-  db.loadExtension(extensionPath());
+  adapterOf(db).load(db, extensionPath());
   return db;
 }
 
 /** A Database the way a worker wants one: tinyq loaded, WAL, synchronous=FULL,
- * busy_timeout 5000 ms. */
+ * busy_timeout 5000 ms. `options.driver` names the driver (drivers.js: the default is the
+ * one installed); the other options go to the driver's constructor. */
 function open(file, options) {
-  const db = new Database(file, options);
+  const { driver, ...driverOptions } = options || {};
+  const db = openWith(driver, file, driverOptions);
   try {
     load(db);
-    db.pragma('busy_timeout = 5000');
-    db.pragma('journal_mode = WAL');
-    db.pragma('synchronous = FULL'); // power-safe commits: docs/guarantees.md
+    exec(db, 'PRAGMA busy_timeout = 5000; PRAGMA journal_mode = WAL');
+    exec(db, 'PRAGMA synchronous = FULL'); // power-safe commits: docs/guarantees.md
   } catch (err) {
-    db.close();
+    close(db);
     throw err;
   }
   return db;
 }
 
+const exec = (db, sql) => adapterOf(db).exec(db, sql);
+const close = (db) => adapterOf(db).close(db);
+/** The database file of a Database, or null for an in-memory one. */
+const fileOf = (db) => adapterOf(db).file(db);
+/** `fn` as a function that runs in a BEGIN IMMEDIATE transaction (a savepoint when nested). */
+const transaction = (db, fn) => adapterOf(db).transaction(db, fn);
+
 // -- values ----------------------------------------------------------------------------
 
-// better-sqlite3 binds every JS number as a REAL (10 arrives as 10.0), and tinyq's integer
-// arguments (n, attempt, since) accept only INTEGER. So whole numbers are bound as BigInt.
+// better-sqlite3 and node:sqlite bind every JS number as a REAL (10 arrives as 10.0), and
+// tinyq's integer arguments (n, attempt, since) accept only INTEGER. So whole numbers are bound as BigInt.
 function arg(value) {
   if (typeof value === 'number' && Number.isSafeInteger(value)) return BigInt(value);
   if (typeof value === 'boolean') return value ? 1n : 0n;
@@ -67,24 +76,25 @@ function arg(value) {
 // Prepared statements, kept per Database (a prepare costs more than most of tinyq's calls).
 const statements = new WeakMap();
 
-function prepared(db, sql, pluck) {
+function prepared(db, adapter, sql) {
   let cache = statements.get(db);
   if (!cache) statements.set(db, (cache = new Map()));
-  const key = (pluck ? '1' : '0') + sql;
-  let stmt = cache.get(key);
-  if (!stmt) {
-    stmt = pluck ? db.prepare(sql).pluck() : db.prepare(sql);
-    cache.set(key, stmt);
-  }
+  let stmt = cache.get(sql);
+  if (!stmt) cache.set(sql, (stmt = adapter.prepare(db, sql)));
   return stmt;
 }
 
+/** The first column of the first row (undefined when there is none). */
 function one(db, sql, ...args) {
-  return prepared(db, sql, true).get(...args.map(arg));
+  const adapter = adapterOf(db);
+  const row = adapter.get(prepared(db, adapter, sql), args.map(arg));
+  return row === undefined ? undefined : Object.values(row)[0];
 }
 
+/** Every row, as plain objects. */
 function rows(db, sql, ...args) {
-  return prepared(db, sql, false).all(...args.map(arg));
+  const adapter = adapterOf(db);
+  return adapter.all(prepared(db, adapter, sql), args.map(arg));
 }
 
 /** Text is stored as is; anything else (object, array, number, boolean, null) as JSON. */
@@ -121,4 +131,6 @@ function errorText(err, errors = 'message') {
   return err.message && errors !== 'class' ? `${name}: ${err.message}` : name;
 }
 
-module.exports = { extensionPath, packagedPath, load, open, one, rows, encode, decode, options, errorText };
+module.exports = {
+  extensionPath, packagedPath, load, open, exec, close, fileOf, transaction, one, rows, encode, decode, options, errorText,
+};

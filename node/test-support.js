@@ -1,10 +1,13 @@
 'use strict';
 // Shared by node/test/*.test.js (kept outside test/, where node --test would run it as a test):
-// temporary database files, removed when the test file ends.
+// temporary database files, removed when the test file ends, and SQL on a Database of whichever
+// driver the tests run on ($TINYQ_DRIVER, else the default: drivers.js).
 const { after } = require('node:test');
 const fs = require('fs');
 const os = require('os');
 const path = require('path');
+const { openWith } = require('./drivers.js');
+const { exec, one, rows, transaction } = require('./sql.js');
 
 const dirs = [];
 after(() => dirs.forEach((d) => fs.rmSync(d, { recursive: true, force: true })));
@@ -15,4 +18,7 @@ function tempDb() {
   return path.join(dirs[dirs.length - 1], 'q.db');
 }
 
-module.exports = { tempDb };
+/** A Database of the tests' driver, without tinyq. */
+const plainDb = (file) => openWith(process.env.TINYQ_DRIVER, file);
+
+module.exports = { tempDb, plainDb, value: one, all: rows, exec, transaction };

@@ -3,10 +3,11 @@
 // 'arm' message starts a tq_wait (blocking this thread, never the main event loop), and a
 // 'woke' message goes back as soon as a job may be claimable, or when `poll` ms have passed.
 const { parentPort, workerData } = require('worker_threads');
-const Database = require('better-sqlite3');
+const { adapterOf, openWith } = require('./drivers.js');
+const { close, exec, one } = require('./sql.js');
 
-// tq_wait polls every 1 ms for its first 100 ms, every 3 ms after: slices keep it at 1 ms.
-const SLICE = 90;
+// How often the waiter looks at stop(); tq_wait itself sleeps until the store is written.
+const SLICE = 250;
 
 // Set by the worker when it stops: checked between slices, so stop() need not wait out a
 // poll, and before the connection opens, so a worker that stopped at once opens nothing.
@@ -15,10 +16,10 @@ const stopped = () => Atomics.load(workerData.stop, 0) === 1;
 let db = null;
 let wait = null;
 if (!stopped()) {
-  db = new Database(workerData.file);
-  db.loadExtension(workerData.extension);
-  db.pragma('busy_timeout = 5000');
-  wait = db.prepare('SELECT tq_wait(?, ?)').pluck();
+  db = openWith(workerData.driver, workerData.file);
+  adapterOf(db).load(db, workerData.extension);
+  exec(db, 'PRAGMA busy_timeout = 5000');
+  wait = (queue, ms) => one(db, 'SELECT tq_wait(?, ?)', queue, ms);
 }
 
 function waitUpTo(ms) {
@@ -27,7 +28,7 @@ function waitUpTo(ms) {
     if (stopped()) return;
     const left = end - Date.now();
     try {
-      if (wait.get(workerData.queue, BigInt(Math.ceil(Math.max(1, Math.min(left, SLICE))))) === 1) return;
+      if (wait(workerData.queue, Math.ceil(Math.max(1, Math.min(left, SLICE)))) === 1) return;
     } catch (err) {
       if (!/locked|busy/i.test(err.message)) throw err;
     }
@@ -37,7 +38,7 @@ function waitUpTo(ms) {
 
 parentPort.on('message', (message) => {
   if (message.close) {
-    if (db) db.close();
+    if (db) close(db);
     parentPort.close();
     return;
   }

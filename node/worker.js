@@ -5,7 +5,9 @@
 const os = require('os');
 const path = require('path');
 const util = require('util');
-const { decode, encode, errorText, extensionPath, one, open, options, rows } = require('./sql.js');
+const { AsyncLocalStorage } = require('async_hooks');
+const { close, decode, encode, errorText, extensionPath, fileOf, one, open, options, rows, transaction } = require('./sql.js');
+const { adapterOf } = require('./drivers.js');
 const { Outcome, Run } = require('./run.js');
 
 // -- the worker loop -------------------------------------------------------------------
@@ -17,17 +19,17 @@ const { Outcome, Run } = require('./run.js');
 /** The claim statement: with the job's meta when this build's tq_claim has its hidden
  * `meta` column (store schema 3 and later), NULL in its place before. */
 function claimStatement(db, claimOpts) {
-  const hasMeta = db.prepare("SELECT 1 FROM pragma_table_xinfo('tq_claim') WHERE name = 'meta'").pluck().get();
+  const hasMeta = one(db, "SELECT 1 FROM pragma_table_xinfo('tq_claim') WHERE name = 'meta'");
   return `SELECT id, attempt, payload, group_key, lease_until, deadline, ${hasMeta ? 'meta' : 'NULL AS meta'}`
     + ` FROM tq_claim(?, ?, ?${claimOpts === null ? ')' : ', ?)'}`;
 }
 
 /** The waiter thread, and `arm()`: wake me (the promise resolves) when a job may be claimable. */
-function startWaiter(file, queueName) {
+function startWaiter(file, queueName, driver) {
   const { Worker } = require('worker_threads');
   const stop = new Int32Array(new SharedArrayBuffer(4)); // 1: the worker stopped (waiter.js)
   const worker = new Worker(path.join(__dirname, 'waiter.js'), {
-    workerData: { file, queue: queueName, extension: extensionPath(), stop },
+    workerData: { file, queue: queueName, extension: extensionPath(), driver, stop },
   });
   worker.unref(); // never what keeps a process alive
   let waiting = false; // a tq_wait is under way
@@ -116,15 +118,16 @@ async function workLoop(queue, handler, opts) {
   const poll = opts.poll ?? 1000;
   const claimOpts = options({ lease: opts.lease });
 
-  const file = queue.path || queue.db.name;
-  if (!file || file === ':memory:' || queue.db.memory) {
+  const file = queue.path || fileOf(queue.db);
+  if (!file) {
     throw new Error('Queue.work needs a database file (not :memory:)');
   }
-  const db = open(file); // the worker's own connection: never inside the caller's transaction
+  const driver = adapterOf(queue.db).name; // the worker's connections use the Queue's driver
+  const db = open(file, { driver }); // the worker's own connection: never inside the caller's transaction
   const claimSql = claimStatement(db, claimOpts);
-  const waiter = startWaiter(file, queue.name);
+  const waiter = startWaiter(file, queue.name, driver);
   const inflight = new Set();
-  const heartbeat = startHeartbeat(db);
+  const heartbeat = startHeartbeat(db, opts.lease ?? null);
   let handled = 0;
   let wake = null; // ends the current nap: a handler finished, stop(), or the waiter
   queue._wake = () => wake && wake();
@@ -146,7 +149,7 @@ async function workLoop(queue, handler, opts) {
   const claimArgs = (n) => (claimOpts === null ? [queue.name, worker, n] : [queue.name, worker, n, claimOpts]);
   const start = (run) => {
     if (run.cancelled) return heartbeat.remove(run); // cancelled while it waited, claimed ahead
-    const p = runOne(run, handler, errors, finished, heartbeat, pace).finally(() => {
+    const p = runOne(queue, run, handler, errors, finished, heartbeat, pace).finally(() => {
       inflight.delete(p);
       queue._wake();
     });
@@ -184,7 +187,7 @@ async function workLoop(queue, handler, opts) {
       settleAndClaim(db, finished.splice(0).concat(back), null, []);
     } finally { // a last settle that fails still stops the heartbeat and the waiter
       heartbeat.close();
-      db.close();
+      close(db);
       await waiter.close();
     }
   }
@@ -196,13 +199,13 @@ async function workLoop(queue, handler, opts) {
  * three times, then the settles are dropped (their leases run out and the jobs run again). */
 function settleAndClaim(db, batch, claimSql, args) {
   if (batch.length === 0 && claimSql === null) return [];
-  const body = db.transaction(() => {
+  const body = transaction(db, () => {
     for (const [run, outcome, value] of batch) settleIn(db, run, outcome, value);
     return claimSql === null ? [] : rows(db, claimSql, ...args);
   });
   for (let attempt = 1; ; attempt++) {
     try {
-      return body.immediate();
+      return body();
     } catch (err) {
       if (!isBusy(err)) throw err;
       if (attempt === 3) {
@@ -217,15 +220,19 @@ function isBusy(err) {
   return /SQLITE_BUSY|SQLITE_LOCKED/.test(err && err.code) || /locked|busy/i.test(err && err.message);
 }
 
+/** The queue whose handler is running (in a handler's async context): stop() called there
+ * must not wait for the handler that called it. */
+const inHandlerOf = new AsyncLocalStorage();
+
 /** One claimed job: run the handler (its lease renewed by the heartbeat), then queue its
  * settle for the next claim (unless cancelled). */
-async function runOne(run, handler, errors, finished, heartbeat, pace) {
+async function runOne(queue, run, handler, errors, finished, heartbeat, pace) {
   heartbeat.add(run);
   const started = performance.now();
   let outcome, value;
   try {
-    const result = await handler(decode(run._payload), run);
-    [outcome, value] = ['done', result === undefined ? undefined : encode(result)];
+    const result = await inHandlerOf.run(queue, () => handler(decode(run._payload), run));
+    [outcome, value] = ['done', resultText(run, result)];
   } catch (err) {
     [outcome, value] = err instanceof Outcome ? [err.outcome, err.value] : ['error', errorText(err, errors)];
   } finally {
@@ -235,16 +242,18 @@ async function runOne(run, handler, errors, finished, heartbeat, pace) {
   if (outcome && !run.cancelled) finished.push([run, outcome, value, Date.now()]); // settled with the next claim
 }
 
-const RENEW_ALL = "SELECT tq_renew(json_extract(value, '$[0]'), json_extract(value, '$[1]')) AS lease FROM json_each(?)";
+// The last argument is work()'s lease (null: the queue's): a renewal extends by the claim's
+// lease, or a worker's longer lease would shrink to the queue's at its first renewal.
+const RENEW_ALL = "SELECT tq_renew(json_extract(value, '$[0]'), json_extract(value, '$[1]'), ?) AS lease FROM json_each(?)";
 
 /** The worker's heartbeat: when the earliest running job is at half its lease, every running
  * job is renewed, in one statement of one transaction. A NULL marks the run cancelled. */
-function startHeartbeat(db) {
+function startHeartbeat(db, lease) {
   const due = new Map(); // run -> time of its next renewal (ms)
   const every = (run) => Math.max(run.leaseUntil - Date.now(), 100) / 2;
   let timer = null;
   let timerAt = Infinity; // when the timer fires
-  const renew = db.transaction((pairs) => rows(db, RENEW_ALL, pairs).map((r) => r.lease));
+  const renew = transaction(db, (pairs) => rows(db, RENEW_ALL, lease, pairs).map((r) => r.lease));
   const schedule = () => {
     clearTimeout(timer);
     timer = null;
@@ -258,7 +267,7 @@ function startHeartbeat(db) {
   const beat = () => {
     const runs = [...due.keys()];
     try {
-      const leases = renew.immediate(JSON.stringify(runs.map((run) => [run.id, run.attempt])));
+      const leases = renew(JSON.stringify(runs.map((run) => [run.id, run.attempt])));
       runs.forEach((run, i) => {
         if (leases[i] === null) {
           run._cancel(); // cancelled, timed out, or taken by a later attempt: stop renewing
@@ -293,7 +302,8 @@ function startHeartbeat(db) {
 }
 
 /** tq_settle inside the caller's transaction. A settle the extension refuses (a bad delay,
- * say) is recorded as an error instead, so the job does not sit until its lease ends. */
+ * say) is recorded as an error instead, so the job does not sit until its lease ends; but a
+ * done job stays done, its result dropped (a result over the size limit). */
 function settleIn(db, run, outcome, value) {
   const args = [run.id, run.attempt, outcome];
   if (value !== undefined && value !== null) args.push(value);
@@ -301,8 +311,26 @@ function settleIn(db, run, outcome, value) {
     return one(db, `SELECT tq_settle(${args.map(() => '?').join(', ')})`, ...args);
   } catch (err) {
     if (isBusy(err) || outcome === 'error') throw err;
+    if (outcome === 'done' && args.length > 3) return settleIn(db, run, 'done', droppedResult(run, errorText(err)));
     return settleIn(db, run, 'error', errorText(err));
   }
 }
 
-module.exports = { workLoop };
+/** A handler's return as stored text. One that cannot be stored (a BigInt, a circular
+ * object) drops the result, not the job: its work is done and must not run again. */
+function resultText(run, result) {
+  if (result === undefined) return undefined;
+  try {
+    return encode(result);
+  } catch (err) {
+    return droppedResult(run, errorText(err));
+  }
+}
+
+/** The result a done job keeps when its own could not be stored: why, logged too. */
+function droppedResult(run, reason) {
+  console.warn(`tinyq: job ${run.id} finished, but its result could not be stored (${reason}): dropped`);
+  return JSON.stringify({ result_dropped: reason });
+}
+
+module.exports = { workLoop, inHandlerOf };

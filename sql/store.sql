@@ -1,6 +1,6 @@
--- tinyq store, version 5: what a new store is created with. A store made by an older
+-- tinyq store, version 6: what a new store is created with. A store made by an older
 -- tinyq is brought here by sql/migrate_N_to_M.sql instead (tests/fixtures/v1_store.sql to
--- tests/fixtures/v4_store.sql are versions 1 to 4 as they shipped).
+-- tests/fixtures/v5_store.sql are versions 1 to 5 as they shipped).
 -- Every object is named tinyq_*; nothing else is touched.
 -- Value columns are declared BLOB: no affinity, so text such as '0012' is kept as given.
 
@@ -53,7 +53,7 @@ CREATE TABLE tinyq_jobs (
   expires_at  INTEGER,                      -- done/failed only: when the id is freed
   changed_at  INTEGER NOT NULL,             -- time of the latest state change (for its event)
   note        BLOB                           -- detail of the latest state change (for its event)
-, meta        BLOB, parked INTEGER NOT NULL DEFAULT 0) -- meta: a JSON object kept beside the payload (version 3); parked: 1 for a due job set aside until its group has room (version 4); both written as ADD COLUMN writes them
+, meta        BLOB, parked INTEGER NOT NULL DEFAULT 0, start_by INTEGER) -- meta: a JSON object kept beside the payload (version 3); parked: 1 for a due job set aside until its group has room (version 4); start_by: tq_add's `expires`, from when no attempt may start (version 6); all written as ADD COLUMN writes them
 ;
 
 -- Claim order (JOB-01) over due jobs. A claim walks only the jobs it may start
@@ -65,6 +65,10 @@ CREATE INDEX tinyq_jobs_parked ON tinyq_jobs (queue, grp, priority DESC, run_at,
   WHERE status = 'queued' AND parked = 1;
 -- Jobs waiting for their time.
 CREATE INDEX tinyq_jobs_scheduled ON tinyq_jobs (queue, run_at) WHERE status = 'scheduled';
+-- Jobs that must start by a time (tq_add's `expires`, EXP-01; schema 6), while they wait:
+-- a claim's probe for jobs past it is one seek, empty while nothing expires.
+CREATE INDEX tinyq_jobs_expiring ON tinyq_jobs (queue, start_by)
+  WHERE start_by IS NOT NULL AND (status = 'scheduled' OR status = 'queued');
 -- Jobs that hold or held a lease: running ones by lease (expires_at NULL), with the group
 -- for per-group counts and the holder for DUR-02; done and failed ones by expiry (RET-01).
 CREATE INDEX tinyq_jobs_held ON tinyq_jobs (queue, status, expires_at, lease_until, grp, holder)
@@ -303,6 +307,29 @@ WHEN NEW.grp IS NOT NULL AND OLD.status IS NOT NEW.status BEGIN
     running = running + (NEW.status = 'running') - (OLD.status = 'running'),
     head = CASE WHEN head = OLD.seq THEN NULL ELSE head END,
     dirty = 1;
+END;
+
+-- A replace (tq_add's on_conflict 'replace' or 'debounce', KEY-01; schema 6) is the one
+-- write of a job's payload after its insert: a job that has not started takes a new
+-- payload, time, priority and group. A change of status is logged and counted by
+-- tinyq_jobs_changed; without one, the event is logged here (detail {"replaced":true}), and
+-- a job that stays in a line cut into buckets joins its new place's bucket, then leaves its
+-- old one's (in that order, so that no bucket is dropped while the line is still long).
+-- The groups it leaves and joins are marked dirty (its old group's head cleared if it was
+-- that head), so the next claim promotes their heads (limits/groups.rs).
+CREATE TRIGGER tinyq_jobs_replaced AFTER UPDATE OF payload ON tinyq_jobs BEGIN
+  INSERT INTO tinyq_events (id, queue, state, attempt, at, detail)
+  SELECT NEW.id, NEW.queue, CASE NEW.status WHEN 'queued' THEN 'waiting' ELSE NEW.status END,
+         NEW.attempt, NEW.changed_at, NEW.note
+  WHERE OLD.status IS NEW.status;
+  UPDATE tinyq_counts SET spill = '+' || printf('%08x%d%016x%016x', 2147483647 - NEW.priority, NEW.run_at >= 0, NEW.run_at, NEW.seq)
+  WHERE queue = NEW.queue AND spill IS NOT NULL AND OLD.status = 'queued' AND NEW.status = 'queued';
+  UPDATE tinyq_counts SET spill = '-' || printf('%08x%d%016x%016x', 2147483647 - OLD.priority, OLD.run_at >= 0, OLD.run_at, OLD.seq)
+  WHERE queue = NEW.queue AND spill IS NOT NULL AND OLD.status = 'queued' AND NEW.status = 'queued';
+  UPDATE tinyq_groups SET head = CASE WHEN head = OLD.seq THEN NULL ELSE head END, dirty = 1
+  WHERE queue = OLD.queue AND grp = OLD.grp;
+  INSERT INTO tinyq_groups (queue, grp, dirty) SELECT NEW.queue, NEW.grp, 1 WHERE NEW.parked = 1
+  ON CONFLICT (queue, grp) DO UPDATE SET dirty = 1;
 END;
 
 CREATE TRIGGER tinyq_jobs_progressed AFTER UPDATE OF progress ON tinyq_jobs BEGIN

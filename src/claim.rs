@@ -12,7 +12,7 @@ use crate::settings::{self, Settings};
 use crate::settle::{self, Held, Outcome};
 use crate::sqlite::{Bind, Conn};
 use crate::sqlite::{Result, Val};
-use crate::{holders, sweep, wal};
+use crate::{expiry, holders, sweep, wal};
 
 /// Most jobs one claim may take.
 pub const MAX_BATCH: i64 = 1000;
@@ -71,6 +71,9 @@ pub fn run(conn: &Conn, req: &Request) -> Result<Vec<Claimed>> {
         if look.expired {
             end_expired(conn, &q, now)?;
         }
+        if look.past_bound {
+            expiry::end_expired(conn, &q, now)?; // EXP-01: before they could come due or be taken
+        }
         if look.due {
             make_due(conn, &q, now)?;
         }
@@ -93,6 +96,7 @@ pub fn run(conn: &Conn, req: &Request) -> Result<Vec<Claimed>> {
 
 /// What a claim may have to end or move before it plans, found with one query so that a
 /// claim with nothing to do runs one statement instead of three.
+#[allow(clippy::struct_excessive_bools)] // four independent findings of one query, each read once
 pub struct Pending {
     /// Other processes hold live leases here (they may be dead: DUR-02).
     pub other_holders: bool,
@@ -100,6 +104,8 @@ pub struct Pending {
     pub expired: bool,
     /// Scheduled jobs whose time has come, or groups whose next head is not promoted yet.
     pub due: bool,
+    /// Waiting or scheduled jobs past their `expires` (EXP-01).
+    pub past_bound: bool,
 }
 
 impl Pending {
@@ -107,26 +113,37 @@ impl Pending {
         let mut st = conn.query(
             // Leases of other processes are looked for only when another process is known:
             // the walk over live leases is then the only step that grows with them.
-            "SELECT CASE WHEN EXISTS (SELECT 1 FROM tinyq_holders WHERE id IS NOT ?3) THEN
+            concat!("SELECT CASE WHEN EXISTS (SELECT 1 FROM tinyq_holders WHERE id IS NOT ?3) THEN
                       EXISTS (SELECT 1 FROM tinyq_jobs WHERE status = 'running' AND expires_at IS NULL AND queue = ?1 AND lease_until > ?2
                                                        AND holder IS NOT NULL AND holder IS NOT ?3) ELSE 0 END,
                     EXISTS (SELECT 1 FROM tinyq_jobs WHERE status = 'running' AND expires_at IS NULL AND queue = ?1 AND lease_until <= ?2),
                     EXISTS (SELECT 1 FROM tinyq_jobs WHERE status = 'scheduled' AND queue = ?1 AND run_at <= ?2),
-                    ?4 AND EXISTS (SELECT 1 FROM tinyq_groups INDEXED BY tinyq_groups_dirty WHERE dirty = 1 AND queue = ?1)",
+                    ?4 AND EXISTS (SELECT 1 FROM tinyq_groups INDEXED BY tinyq_groups_dirty WHERE dirty = 1 AND queue = ?1), ",
+                expiry::past_bound!()
+            ),
             &[&q.name, &now, &conn.holder.get(), &q.has_group_limits()],
         )?;
         st.step()?;
-        Ok(Pending { other_holders: st.int(0) != 0, expired: st.int(1) != 0, due: st.int(2) != 0 || st.int(3) != 0 })
+        Ok(Pending {
+            other_holders: st.int(0) != 0,
+            expired: st.int(1) != 0,
+            due: st.int(2) != 0 || st.int(3) != 0,
+            past_bound: st.int(4) != 0,
+        })
     }
 }
 
 /// Leases that ran out: the job waits again, or ends as a timeout, or fails for good.
 fn end_expired(conn: &Conn, q: &Settings, now: i64) -> Result<()> {
     let ended = conn.rows(
-        "SELECT seq, attempt, tries, budget, lease_until >= deadline FROM tinyq_jobs
-         WHERE status = 'running' AND expires_at IS NULL AND queue = ?1 AND lease_until <= ?2",
+        concat!(
+            "SELECT ",
+            settle::held_columns!(),
+            ", lease_until >= deadline FROM tinyq_jobs
+             WHERE status = 'running' AND expires_at IS NULL AND queue = ?1 AND lease_until <= ?2"
+        ),
         &[&q.name, &now],
-        |st| (Held { seq: st.int(0), attempt: st.int(1), tries: st.int(2), budget: st.opt_int(3) }, st.int(4) != 0),
+        |st| (Held::read(st), st.int(5) != 0),
     )?;
     for (job, timed_out) in ended {
         let outcome = if timed_out { Outcome::Error("timeout".into()) } else { Outcome::LeaseExpired { died: false } };

@@ -98,9 +98,13 @@ pub fn recover(conn: &Conn, q: &Settings, now: i64) -> Result<()> {
     )?;
     for holder in dead {
         let held = conn.rows(
-            "SELECT seq, attempt, tries, budget FROM tinyq_jobs WHERE status = 'running' AND queue = ?1 AND holder = ?2",
+            concat!(
+                "SELECT ",
+                settle::held_columns!(),
+                " FROM tinyq_jobs WHERE status = 'running' AND queue = ?1 AND holder = ?2"
+            ),
             &[&q.name, &holder],
-            |st| Held { seq: st.int(0), attempt: st.int(1), tries: st.int(2), budget: st.opt_int(3) },
+            Held::read,
         )?;
         for job in held {
             settle::apply(conn, &job, q, Outcome::LeaseExpired { died: true }, now)?;

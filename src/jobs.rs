@@ -2,12 +2,13 @@
 
 use serde_json::json;
 
-use crate::options::{self, Options};
+use crate::keys::{self, OnConflict};
+use crate::options::{self, Moment, Options};
 use crate::settings;
 use crate::sqlite::Conn;
 use crate::sqlite::{Out, Result, Val};
 use crate::stats;
-use crate::{random, store};
+use crate::{expiry, random, store};
 
 /// SQL: does queue `$queue` have group limits, so that a due grouped job is set aside until
 /// its group promotes it? The SQL twin of `Settings::has_group_limits`, for statements that
@@ -21,6 +22,24 @@ macro_rules! group_limited {
         )
     };
 }
+pub(crate) use group_limited;
+
+/// SQL: the INSERT of a new job (?1 id, ?2 queue, ?3 status, ?4 group, ?5 priority, ?6 run_at,
+/// ?7 budget, ?8 payload, ?9 meta, ?10 now, ?11 start_by), before its ON CONFLICT (keys.rs).
+macro_rules! insert_job {
+    () => {
+        concat!(
+            "INSERT INTO tinyq_jobs (id, queue, status, grp, priority, run_at, budget, payload, meta, created_at, changed_at, attempt, parked, start_by)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?10,
+                     coalesce((SELECT attempt FROM tinyq_tombstones WHERE id = ?1), 0),
+                     -- set aside until its group promotes it (limits/groups.rs)
+                     CASE WHEN ?4 IS NOT NULL AND ?3 = 'queued' THEN ",
+            $crate::jobs::group_limited!("?2"),
+            " ELSE 0 END, ?11)"
+        )
+    };
+}
+pub(crate) use insert_job;
 
 /// Arguments of `tq_add`, checked before anything is written.
 struct NewJob {
@@ -33,6 +52,8 @@ struct NewJob {
     group: Option<String>,
     attempts: Option<i64>,
     meta: Option<String>,
+    expires: Option<Moment>,
+    on_conflict: OnConflict,
 }
 
 /// The job options a schedule also gives its jobs (CRON-01), besides those of tq_add alone.
@@ -60,9 +81,10 @@ fn parse_add(args: &[Val]) -> Result<NewJob> {
     if args.len() < 2 || args.len() > 3 {
         bail!("expects (queue, payload [, options])");
     }
-    let opts = Options::parse(args.get(2), &[&["id", "at", "delay"], JOB_OPTIONS].concat())?;
+    let opts =
+        Options::parse(args.get(2), &[&["id", "at", "delay"], JOB_OPTIONS, expiry::OPTIONS, keys::OPTIONS].concat())?;
     let JobOptions { priority, group, attempts, meta } = job_options(&opts)?;
-    let job = NewJob {
+    let mut job = NewJob {
         queue: options::name("queue", &args[0])?,
         payload: options::data("payload", &args[1], false)?,
         id: opts.text("id")?,
@@ -72,10 +94,13 @@ fn parse_add(args: &[Val]) -> Result<NewJob> {
         group,
         attempts,
         meta,
+        expires: expiry::parse(&opts)?,
+        on_conflict: OnConflict::Keep,
     };
     if job.at.is_some() && job.delay.is_some() {
         bail!("give option \"at\" or \"delay\", not both");
     }
+    job.on_conflict = keys::parse(&opts, job.id.as_deref(), job.at, job.delay)?;
     if job.id.as_deref().is_some_and(|id| id.starts_with("tq_")) {
         bail!("option \"id\" must not start with 'tq_': that prefix is reserved for generated ids");
     }
@@ -104,6 +129,8 @@ pub fn tq_add(conn: &Conn, args: &[Val]) -> Result<Out> {
             budget: job.attempts,
             payload: &job.payload,
             meta: &job.meta,
+            start_by: expiry::bound(job.expires.as_ref(), run_at, now)?,
+            on_conflict: job.on_conflict,
         };
         insert(conn, &row, now)?;
         Ok(Out::Text(id))
@@ -120,24 +147,17 @@ pub struct Row<'a> {
     pub budget: Option<i64>,
     pub payload: &'a Val,
     pub meta: &'a Option<String>,
+    /// tq_add's `expires` (expiry.rs).
+    pub start_by: Option<i64>,
+    /// What a present id does (keys.rs).
+    pub on_conflict: OnConflict,
 }
 
-/// Adds the job unless its id is present (DEDUPE: the present job, its meta included, stays).
-/// Returns whether it was added. One statement, or two when the id's holder is past its window.
+/// Adds the job unless its id is present; a present job stays (DEDUPE: its meta included),
+/// or is replaced per `on_conflict` (keys.rs). Returns whether the job was written. One
+/// statement, or two when the id's holder is past its window.
 pub fn insert(conn: &Conn, job: &Row, now: i64) -> Result<bool> {
-    let status = if job.run_at > now { "scheduled" } else { "queued" };
-    let insert = || {
-        conn.exec(
-            concat!("INSERT INTO tinyq_jobs (id, queue, status, grp, priority, run_at, budget, payload, meta, created_at, changed_at, attempt, parked)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?10,
-                     coalesce((SELECT attempt FROM tinyq_tombstones WHERE id = ?1), 0),
-                     -- set aside until its group promotes it (limits/groups.rs)
-                     CASE WHEN ?4 IS NOT NULL AND ?3 = 'queued' THEN ", group_limited!("?2"), " ELSE 0 END)
-             ON CONFLICT (id) DO NOTHING"),
-            &[&job.id, &job.queue, &status, job.group, &job.priority, &job.run_at, &job.budget, job.payload, job.meta, &now],
-        )
-    };
-    if insert()? > 0 {
+    if keys::write(conn, job, now)? > 0 {
         return Ok(true);
     }
     // The id is taken: if by a job past its retention window, it is free again (RET-01).
@@ -145,7 +165,11 @@ pub fn insert(conn: &Conn, job: &Row, now: i64) -> Result<bool> {
         "DELETE FROM tinyq_jobs WHERE id = ?1 AND status IN ('done', 'failed') AND expires_at <= ?2",
         &[&job.id, &now],
     )?;
-    Ok(freed > 0 && insert()? > 0)
+    if freed > 0 && keys::write(conn, job, now)? > 0 {
+        return Ok(true);
+    }
+    keys::check_same_queue(conn, job)?;
+    Ok(false)
 }
 
 fn generated_id(conn: &Conn, now: i64) -> Result<String> {
@@ -179,7 +203,7 @@ pub fn tq_get(conn: &Conn, args: &[Val]) -> Result<Out> {
     let now = conn.now();
     let found = conn.row(
         "SELECT seq, id, queue, status, grp, priority, attempt, tries, budget, run_at, lease_until, deadline,
-                worker, payload, result, error, progress, created_at, settled_at, meta
+                worker, payload, result, error, progress, created_at, settled_at, meta, start_by
          FROM tinyq_jobs WHERE id = ?1",
         &[&id],
         |st| {
@@ -205,6 +229,7 @@ pub fn tq_get(conn: &Conn, args: &[Val]) -> Result<Out> {
                 "progress": st.val(16).to_json(),
                 "created_at": st.int(17),
                 "settled_at": st.opt_int(18),
+                "expires": st.opt_int(20),
             });
             (job, queue, status, place)
         },
@@ -240,7 +265,8 @@ pub fn tq_cancel(conn: &Conn, args: &[Val]) -> Result<Out> {
     })
 }
 
-/// tq_retry(id) -> 1 or 0: a failed job waits again with a fresh budget.
+/// tq_retry(id) -> 1 or 0: a failed job waits again with a fresh budget (and without its
+/// `expires` once that has passed: EXP-01 is about starting late by itself, not when asked).
 pub fn tq_retry(conn: &Conn, args: &[Val]) -> Result<Out> {
     if args.len() != 1 {
         bail!("expects (id)");
@@ -252,6 +278,8 @@ pub fn tq_retry(conn: &Conn, args: &[Val]) -> Result<Out> {
             concat!(
                 "UPDATE tinyq_jobs SET status = 'queued', tries = 0, run_at = ?2, lease_until = NULL, deadline = NULL,
                  holder = NULL, settled_at = NULL, expires_at = NULL, changed_at = ?2, note = 'retry',
+                 -- an `expires` already past would end it again at once: a retry runs it
+                 start_by = CASE WHEN start_by > ?2 THEN start_by END,
                  parked = grp IS NOT NULL AND ",
                 group_limited!("tinyq_jobs.queue"),
                 "

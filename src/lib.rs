@@ -20,8 +20,10 @@ compile_error!("tinyq: enable one of its features: `loadable` (the default) or `
 #[macro_use]
 mod sqlite;
 mod claim;
+mod expiry;
 mod holders;
 mod jobs;
+mod keys;
 mod limits;
 mod options;
 mod pages;
@@ -37,6 +39,7 @@ mod sweep;
 mod tables;
 mod time;
 mod wait;
+mod wake;
 mod wal;
 
 use std::ffi::c_int;

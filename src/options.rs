@@ -11,6 +11,12 @@ pub const MAX_NAME: usize = 1000;
 
 pub struct Options(Map<String, Value>);
 
+/// A time given as a time, or as a duration from now.
+pub enum Moment {
+    At(i64),
+    After(i64),
+}
+
 impl Options {
     /// Parses `options` (NULL or absent means none) and rejects keys outside `allowed`.
     pub fn parse(v: Option<&Val>, allowed: &[&str]) -> Result<Options> {
@@ -86,6 +92,22 @@ impl Options {
 
     pub fn time(&self, key: &str) -> Result<Option<i64>> {
         self.typed(key, time::parse_time)
+    }
+
+    /// A time, or a duration from now (text with a unit, '10m'); a number is a time.
+    pub fn moment(&self, key: &str) -> Result<Option<Moment>> {
+        let Some(Value::String(s)) = self.raw(key) else { return Ok(self.time(key)?.map(Moment::At)) };
+        let text = Val::Text(s.clone());
+        if let Ok(t) = time::parse_time(&text) {
+            return Ok(Some(Moment::At(t)));
+        }
+        match time::parse_duration(&text) {
+            Ok(d) => Ok(Some(Moment::After(d))),
+            Err(_) => bail!(
+                "option \"{key}\": '{}' is neither a time (ms since the epoch, or ISO-8601 like '2026-11-29T12:00:00Z') nor a duration (like '10m')",
+                clip(s)
+            ),
+        }
     }
 
     pub fn rate(&self, key: &str) -> Result<Option<(i64, i64)>> {

@@ -1,10 +1,9 @@
 //! How an attempt ends: settle's five outcomes, and the endings claims find (a lease
 //! that ran out, a timeout). One function moves the job for all of them.
 
-use crate::options;
 use crate::settings::{self, Settings};
-use crate::sqlite::{Conn, Error, Out, Result, Val};
-use crate::{random, time};
+use crate::sqlite::{Conn, Error, Out, Result, Stmt, Val};
+use crate::{expiry, options, random, time};
 
 pub enum Outcome {
     Error(String),
@@ -24,6 +23,23 @@ pub struct Held {
     pub attempt: i64,
     pub tries: i64,
     pub budget: Option<i64>,
+    /// Its `expires` (EXP-01): it never runs again at or after it.
+    pub start_by: Option<i64>,
+}
+
+/// SQL: the columns of tinyq_jobs that `Held::read` reads, first in a SELECT.
+macro_rules! held_columns {
+    () => {
+        "seq, attempt, tries, budget, start_by"
+    };
+}
+pub(crate) use held_columns;
+
+impl Held {
+    /// Reads a row whose first columns are `held_columns!()`.
+    pub fn read(st: &Stmt) -> Held {
+        Held { seq: st.int(0), attempt: st.int(1), tries: st.int(2), budget: st.opt_int(3), start_by: st.opt_int(4) }
+    }
 }
 
 /// Moves the job to where `outcome` sends it.
@@ -34,14 +50,20 @@ pub fn apply(conn: &Conn, job: &Held, q: &Settings, outcome: Outcome, now: i64) 
         let jitter = random::jitter(conn, (job.seq as u64) << 20 ^ job.attempt as u64, 0.1);
         time::backoff(q.backoff(), q.backoff_max(), job.tries, jitter)
     };
-    match outcome {
-        Outcome::Error(msg) if left => {
-            again(conn, q, job.seq, job.tries, now + backoff(), Some(&msg), Val::Text(msg.clone()), now)
+    // Waits again until `run_at`, unless that is past its `expires` (EXP-01): then it ends here.
+    let wait_again = |tries: i64, run_at: i64, error: Option<&str>, note: Val| {
+        if expiry::too_late(job.start_by, run_at) {
+            fail(conn, job.seq, expiry::ERROR, q, now, false)
+        } else {
+            again(conn, q, job.seq, tries, run_at, error, note, now)
         }
+    };
+    match outcome {
+        Outcome::Error(msg) if left => wait_again(job.tries, now + backoff(), Some(&msg), Val::Text(msg.clone())),
         Outcome::Error(msg) | Outcome::Fail(msg) => fail(conn, job.seq, &msg, q, now, false),
         Outcome::Retry(delay) if left => {
             let delay = delay.unwrap_or_else(backoff);
-            again(conn, q, job.seq, job.tries, now + delay, None, Val::Int(delay), now)
+            wait_again(job.tries, now + delay, None, Val::Int(delay))
         }
         Outcome::Retry(_) => fail(
             conn,
@@ -51,10 +73,12 @@ pub fn apply(conn: &Conn, job: &Held, q: &Settings, outcome: Outcome, now: i64) 
             now,
             false,
         ),
-        Outcome::Snooze(delay) => again(conn, q, job.seq, job.tries - 1, now + delay, None, Val::Int(delay), now),
+        Outcome::Snooze(delay) => wait_again(job.tries - 1, now + delay, None, Val::Int(delay)),
         Outcome::LeaseExpired { died } => {
             let why = if died { "worker process died" } else { "lease expired" };
-            if left {
+            if left && expiry::too_late(job.start_by, now) {
+                fail(conn, job.seq, expiry::ERROR, q, now, true)
+            } else if left {
                 // Back in line at its old place; lease_until stays so a late settle still counts.
                 conn.exec(
                     "UPDATE tinyq_jobs SET status = 'queued', holder = NULL, changed_at = ?2, note = ?3,
@@ -176,14 +200,13 @@ fn done(conn: &Conn, id: &str, attempt: i64, result: &Val) -> Result<Out> {
 /// The attempt that holds (or held, unsettled, with nobody after it) the job's lease.
 fn held(conn: &Conn, id: &str, attempt: i64) -> Result<Option<(Held, String)>> {
     let mut st = conn.query(
-        concat!("SELECT seq, attempt, tries, budget, queue FROM tinyq_jobs WHERE", settle_fence!()),
+        concat!("SELECT ", held_columns!(), ", queue FROM tinyq_jobs WHERE", settle_fence!()),
         &[&id, &attempt],
     )?;
     if !st.step()? {
         return Ok(None);
     }
-    let job = Held { seq: st.int(0), attempt: st.int(1), tries: st.int(2), budget: st.opt_int(3) };
-    Ok(Some((job, st.text(4).unwrap_or_default())))
+    Ok(Some((Held::read(&st), st.text(5).unwrap_or_default())))
 }
 
 fn id_and_attempt(args: &[Val]) -> Result<(String, i64)> {

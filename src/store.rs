@@ -6,7 +6,7 @@ use crate::sqlite::Conn;
 use crate::sqlite::{Error, Result};
 
 /// What a new store is created with, at this version.
-const STORE: (i64, &str) = (5, include_str!("../sql/store.sql"));
+const STORE: (i64, &str) = (6, include_str!("../sql/store.sql"));
 
 /// Each migration brings a store made by an older tinyq from one version to the next.
 const MIGRATIONS: &[(i64, &str)] = &[
@@ -14,6 +14,7 @@ const MIGRATIONS: &[(i64, &str)] = &[
     (3, include_str!("../sql/migrate_2_to_3.sql")),
     (4, include_str!("../sql/migrate_3_to_4.sql")),
     (5, include_str!("../sql/migrate_4_to_5.sql")),
+    (6, include_str!("../sql/migrate_5_to_6.sql")),
 ];
 
 pub fn version() -> i64 {

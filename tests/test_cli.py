@@ -17,7 +17,7 @@ PY = "/usr/bin/python3"
 ENV = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python"), TINYQ_EXT=EXT)
 
 
-def tinyq(*args, timeout=30):
+def tinyq(*args, timeout=120):
     return subprocess.run([PY, "-m", "tinyq", *args], capture_output=True, text=True,
                           timeout=timeout, env=ENV)
 
@@ -166,7 +166,7 @@ def test_watch_follows_events_live_until_ctrl_c(store, db):
 
     def next_line():
         try:
-            return lines.get(timeout=10)
+            return lines.get(timeout=60)
         except queues.Empty:
             proc.kill()
             raise AssertionError("watch printed nothing: %s" % proc.stderr.read())
@@ -232,7 +232,7 @@ def test_jobs_pages_in_tinyqs_order(store, db):
     assert [json.loads(line)["id"] for line in group.stdout.splitlines()] == ["b1", "b3"]
     prefix = tinyq("jobs", store, "--prefix", "e", "--json")
     assert [json.loads(line)["id"] for line in prefix.stdout.splitlines()] == ["e1", "e2", "e3"]
-    assert_error(tinyq("jobs", store, "--queue", "bulk", "--state", "waiting", "--after", "zz"), 1,
+    assert_error(tinyq("jobs", store, "--queue", "bulk", "--state", "waiting", "--after", "zz"), 2,
                  "tq_jobs: after: no job 'zz'")
 
 

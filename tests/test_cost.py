@@ -109,6 +109,49 @@ def plain(tmp_path, n):
     return db, claim_settle("p", "{}")
 
 
+def bounded(tmp_path, n):
+    """n waiting jobs, each with an `expires` a day ahead, none past it (EXP-01): the claim's
+    probe seeks the index of bounded jobs and finds nothing to end."""
+    db = store(tmp_path, f"bounded{n}")
+    fill(db, n, "b", "'{\"expires\": \"1d\"}'")
+    return db, claim_settle("b", '{"expires": "1d"}')
+
+
+def expiring_each_claim(tmp_path, n):
+    """n waiting jobs bounded a day ahead; before each claim one more job reaches its bound
+    (added with a bound 1 s ahead, then the clock moved 1 s): the claim ends that one, and
+    does not look at the n others."""
+    db = store(tmp_path, f"expiring{n}")
+    fill(db, n, "x", "'{\"expires\": \"1d\"}'")
+    clock = [NOW]
+
+    def calls():
+        for _ in range(ROUNDS):
+            yield "SELECT tq_add('x', '{}', '{\"expires\": \"1s\", \"priority\": 1}')", ()
+            clock[0] += 1000
+            yield "SELECT tq_clock(?)", (clock[0],)
+            yield ("SELECT tq_settle(id, attempt, 'done') FROM (SELECT id, attempt FROM tq_claim('x', 'w', 1))", ())
+        assert one(db, "SELECT failed FROM tq_stats('x')") >= ROUNDS  # (a read of the counters: flat too)
+    return db, calls
+
+
+def replace_in_line(tmp_path, n):
+    """tq_add with on_conflict 'replace' (KEY-01) of the job in the middle of n + 2,000 waiting
+    jobs, moving it back and forth along the line (its priority): its bucket and span counts
+    follow. (The 2,000 more cut both lines into buckets: a line of at most 1,024 has none.)"""
+    db = store(tmp_path, f"replace{n}")
+    fill(db, n // 2 + 1000, "r")
+    one(db, "SELECT tq_add('r', '{}', '{\"id\": \"me\"}')")
+    fill(db, n // 2 + 1000, "r")
+
+    def calls():
+        for k in range(ROUNDS):
+            yield "SELECT tq_add('r', ?, ?)", (json.dumps({"k": k}), json.dumps(
+                {"id": "me", "on_conflict": "replace", "priority": k % 2}))
+        check_buckets(db)
+    return db, calls
+
+
 def last_waiting(tmp_path, n):
     """tq_get (its ahead) of the last of n waiting jobs."""
     db = store(tmp_path, f"get{n}")
@@ -172,6 +215,9 @@ CASES = {
     "get_middle_due_scheduled": waiting_at(lambda n: n // 2, lambda n: n // 2, "due"),
     "stats": stats,
     "plain_claim": plain,
+    "claim_beside_bounded_jobs": bounded,
+    "claim_ending_an_expired_job": expiring_each_claim,
+    "replace_in_a_long_line": replace_in_line,
 }
 
 

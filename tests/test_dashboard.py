@@ -94,7 +94,7 @@ def dashboard(db, db_path):
     assert "http://127.0.0.1:" in line, proc.stderr.read()
     yield line.split()[-3].rstrip("/") + "/"        # "...: http://127.0.0.1:PORT/ (Ctrl-C stops)"
     proc.send_signal(signal.SIGINT)
-    assert proc.wait(timeout=10) == 0
+    assert proc.wait(timeout=60) == 0
     assert proc.stderr.read() == ""
 
 
@@ -102,7 +102,7 @@ def http(url, body=None, headers=None):
     """(status, JSON or text) of a GET, or of a POST when there is a body."""
     request = urllib.request.Request(url, data=body, headers=headers or {})
     try:
-        with urllib.request.urlopen(request, timeout=10) as response:
+        with urllib.request.urlopen(request, timeout=60) as response:
             status, data, kind = response.status, response.read(), response.headers.get_content_type()
     except urllib.error.HTTPError as err:
         status, data, kind = err.code, err.read(), err.headers.get_content_type()
@@ -267,6 +267,24 @@ def test_metrics_parse_as_prometheus_text(dashboard, db):
 
 # -- the page in headless Chromium --------------------------------------------------------
 
+PATIENCE = 60       # seconds: what the page may take to show something on a loaded machine
+# WebDriver's answers when the element found was replaced by a re-render, is not there yet or
+# is covered for a moment: finding it again and acting again is the cure.
+RETRIABLE = {"stale element reference", "no such element", "element click intercepted",
+             "element not interactable"}
+
+
+class WebDriverError(AssertionError):
+    """An error answer of chromedriver; .error is WebDriver's error code."""
+
+    def __init__(self, method, path, body):
+        super().__init__("WebDriver %s %s: %s" % (method, path, body[:500].decode(errors="replace")))
+        try:
+            self.error = json.loads(body)["value"]["error"]
+        except (ValueError, KeyError, TypeError):
+            self.error = None
+
+
 class Browser:
     """A headless Chromium session through chromedriver's WebDriver HTTP API."""
 
@@ -277,12 +295,8 @@ class Browser:
         self.driver = subprocess.Popen([CHROMEDRIVER, "--port=%d" % port],
                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         self.base = "http://127.0.0.1:%d" % port
-        for _ in range(100):
-            try:
-                if self._call("GET", "/status")["ready"]:
-                    break
-            except OSError:
-                time.sleep(0.1)
+        self.until("chromedriver", lambda: self._call("GET", "/status")["ready"],
+                   retry=lambda err: isinstance(err, OSError))
         args = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
                 "--no-first-run", "--disable-background-networking",
                 "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage",
@@ -300,7 +314,24 @@ class Browser:
             with urllib.request.urlopen(request, timeout=60) as response:
                 return json.loads(response.read())["value"]
         except urllib.error.HTTPError as err:
-            raise AssertionError("WebDriver %s %s: %s" % (method, path, err.read()[:500]))
+            raise WebDriverError(method, path, err.read()) from None
+
+    @staticmethod
+    def until(what, attempt, retry=lambda err: False, explain=lambda: ""):
+        """attempt()'s first true result, tried again (after a false result, or an error that
+        retry(error) accepts) until a deadline generous enough for a loaded machine."""
+        deadline = time.monotonic() + PATIENCE
+        while True:
+            try:
+                result = attempt()
+                if result:
+                    return result
+            except Exception as err:
+                if not retry(err) or time.monotonic() > deadline:
+                    raise
+            if time.monotonic() > deadline:
+                raise AssertionError("gave up waiting for %s%s" % (what, explain()))
+            time.sleep(0.1)
 
     def go(self, url):
         self._call("POST", self.session + "/url", {"url": url})
@@ -312,22 +343,24 @@ class Browser:
     def text(self, element_id):
         return self.js("return document.getElementById(arguments[0]).innerText", element_id)
 
-    def wait_for(self, what, predicate, timeout=10):
-        deadline = time.time() + timeout
-        while time.time() < deadline:
-            if predicate():
-                return
-            time.sleep(0.1)
-        raise AssertionError("the page did not show %s: %r" % (what, self.text("status")))
+    def wait_for(self, what, predicate):
+        return self.until(what, predicate, explain=lambda: ": the page says %r" % self.text("status"))
+
+    def act(self, css, action, body):
+        """Find the element and act on it as one step, again until it works: the page re-renders
+        itself every 1.5 s, so an element found may be replaced before the action reaches it
+        (WebDriver: "stale element reference"), or not be there yet."""
+        def attempt():
+            element = self._call("POST", self.session + "/element", {"using": "css selector", "value": css})
+            self._call("POST", self.session + "/element/%s/%s" % (next(iter(element.values())), action), body)
+            return True
+        self.until(css, attempt, retry=lambda err: getattr(err, "error", None) in RETRIABLE)
 
     def click(self, css):
-        element = self._call("POST", self.session + "/element",
-                             {"using": "css selector", "value": css})
-        self._call("POST", self.session + "/element/%s/click" % next(iter(element.values())), {})
+        self.act(css, "click", {})
 
     def type(self, css, text):
-        element = self._call("POST", self.session + "/element", {"using": "css selector", "value": css})
-        self._call("POST", self.session + "/element/%s/value" % next(iter(element.values())), {"text": text})
+        self.act(css, "value", {"text": text})
 
     def screenshot(self):
         return base64.b64decode(self._call("GET", self.session + "/screenshot"))
@@ -350,125 +383,144 @@ def save(browser, tmp_path, name):
             f.write(png)
 
 
-@pytest.mark.skipif(not (os.path.exists(CHROMIUM) and os.path.exists(CHROMEDRIVER)),
-                    reason="needs chromium and chromium-driver (apt-get install chromium chromium-driver)")
-def test_the_page_in_headless_chromium(dashboard, db, tmp_path):
+needs_chromium = pytest.mark.skipif(
+    not (os.path.exists(CHROMIUM) and os.path.exists(CHROMEDRIVER)),
+    reason="needs chromium and chromium-driver (apt-get install chromium chromium-driver)")
+
+
+@pytest.fixture
+def browser():
+    """A headless Chromium session, closed after the test."""
     workdir = tempfile.mkdtemp(prefix="tinyq-chromium-")
-    browser = Browser(workdir)
+    session = Browser(workdir)
     try:
-        browser.go(dashboard)
-        browser.wait_for("the queues", lambda: "emails" in browser.text("queues"))
-        assert "invoice-pdf:1040" in browser.text("running")
-        assert '{"page": 3, "of": 12}' in browser.text("running")
-        assert "SMTP 550: mailbox unavailable" in browser.text("failed")
-        assert browser.js("return document.querySelectorAll('#chart rect').length") == 120
-        assert "nightly-report" in browser.text("schedules") and "paused" in browser.text("schedules")
-
-        # A job that fails after the page opened shows up by itself (the page refreshes).
-        one(db, "SELECT tq_add('webhooks', '{}', '{\"id\": \"hook:77\", \"attempts\": 1}')")
-        claim(db, "webhooks", "hook-worker")
-        one(db, "SELECT tq_settle('hook:77', 1, 'error', 'HTTP 502 from hooks.example.com')")
-        browser.wait_for("hook:77", lambda: "hook:77" in browser.text("failed"))
-        assert "webhooks" in browser.text("queues")
-        browser.js("window.scrollTo(0, 0)")
-        save(browser, tmp_path, "dashboard.png")
-
-        # The failed jobs of a queue: its count in the queues table opens that list.
-        browser.click('a[data-list="reports:failed"]')
-        browser.wait_for("the failed reports", lambda: "report:q3" in browser.text("jobs"))
-        assert "Jobs · reports · failed" in browser.text("jobs-title")
-        assert "renderer crashed" in browser.text("jobs")
-        browser.js("document.getElementById('jobs-title').scrollIntoView()")
-        save(browser, tmp_path, "dashboard-lists.png")
-
-        # Open the failed job from the list and read its timeline.
-        browser.click('#jobs a[data-id="report:q3"]')
-        browser.wait_for("the job's timeline", lambda: "report-worker-2" in browser.text("job-timeline"))
-        assert browser.js("return location.pathname") == "/job/report%3Aq3"
-        assert browser.text("job-state") == "failed"
-        timeline = browser.text("job-timeline")
-        for words in ("running", "progress", "report-worker-1", "timeout talking to the renderer",
-                      '{"page":7,"of":12}', "failed"):
-            assert words in timeline, words
-        assert "fetch-rows" in browser.text("job-steps") and "pages 1-6" in browser.text("job-steps")
-        assert '"requested_by": "ada"' in browser.text("job-meta")
-        assert '"quarter": "Q3"' in browser.text("job-payload")
-        assert "2 of 2 charged" in browser.text("job-fields")
-        save(browser, tmp_path, "dashboard-job.png")
-
-        # Retry it: asked first; then it is waiting again.
-        browser.click('button[data-retry="report:q3"]')
-        browser.wait_for("the question", lambda: browser.js("return document.getElementById('confirm').open"))
-        assert "Retry job report:q3?" in browser.text("confirm-text")
-        browser.click("#confirm-yes")
-        browser.wait_for("report:q3 waiting", lambda: browser.text("job-state") == "waiting")
-        assert get(db, "report:q3")["state"] == "waiting"
-        assert "waiting" in browser.text("job-timeline").splitlines()[-1]
-
-        # Cancel a running one, from the front page; "Keep as is" first changes nothing.
-        browser.go(dashboard)
-        browser.wait_for("the running jobs", lambda: "invoice-pdf:1041" in browser.text("running"))
-        browser.click('#running button[data-cancel="invoice-pdf:1041"]')
-        browser.wait_for("the question", lambda: browser.js("return document.getElementById('confirm').open"))
-        browser.click("#confirm-no")
-        assert get(db, "invoice-pdf:1041")["state"] == "running"
-        browser.click('#running button[data-cancel="invoice-pdf:1041"]')
-        browser.wait_for("the question", lambda: browser.js("return document.getElementById('confirm').open"))
-        browser.click("#confirm-yes")
-        browser.wait_for("invoice-pdf:1041 gone", lambda: "invoice-pdf:1041" not in browser.text("running"))
-        assert get(db, "invoice-pdf:1041") is None
-        # Its page still tells its story: the job is gone, its events are kept.
-        browser.go(dashboard + "job/invoice-pdf%3A1041")
-        browser.wait_for("the cancelled job", lambda: "cancelled" in browser.text("job-state"))
-        assert [line.split("\t")[2] for line in browser.text("job-timeline").splitlines()] == \
-            ["waiting", "running", "progress", "cancelled"]
-        browser.go(dashboard)
-        browser.wait_for("the queues", lambda: "emails" in browser.text("queues"))
-
-        # Pause a queue.
-        browser.click('button[data-pause="emails"]')
-        browser.wait_for("the question", lambda: browser.js("return document.getElementById('confirm').open"))
-        browser.click("#confirm-yes")
-        browser.wait_for("emails paused", lambda: "paused" in browser.js(
-            "return document.querySelector('td[data-queue=\"emails\"]').parentNode.innerText"))
-        assert json.loads(one(db, "SELECT tq_queue('emails')"))["paused"] is True
-
-        # Edit a queue's limits in its dialog; then pause a schedule.
-        browser.click('button[data-limits="pdf"]')
-        browser.wait_for("the limits", lambda: browser.js("return document.getElementById('limits').open"))
-        browser.type("#limit-concurrency", "3")
-        browser.type("#limit-rate", "20/m")
-        browser.click("#limits-save")
-        browser.wait_for("the question", lambda: browser.js("return document.getElementById('confirm').open"))
-        assert '"concurrency":3' in browser.text("confirm-text")
-        browser.click("#confirm-yes")
-        browser.wait_for("the new limits", lambda: "concurrency 3, rate 20/60000ms" in browser.text("queues"))
-        settings = json.loads(one(db, "SELECT tq_queue('pdf')"))
-        assert (settings["concurrency"], settings["rate"]) == (3, "20/60000ms")
-        browser.click('button[data-schedule="nightly-report"]')
-        browser.wait_for("the question", lambda: browser.js("return document.getElementById('confirm').open"))
-        browser.click("#confirm-yes")
-        browser.wait_for("nightly-report paused", lambda: browser.js(
-            "return document.querySelector('button[data-schedule=\"nightly-report\"]').textContent") == "Resume")
-        assert [r[0] for r in db.execute("SELECT paused FROM tq_schedules WHERE name = 'nightly-report'")] == [1]
-
-        # Page through a list: the second page has other jobs.
-        browser.click('a[data-list="emails:done"]')
-        browser.wait_for("the done emails", lambda: "page 1" in browser.text("page-number")
-                         and "done" in browser.text("jobs-title"))
-        first = browser.js("return [...document.querySelectorAll('#jobs a')].map(a => a.dataset.id)")
-        assert len(first) == 50
-        browser.click("#page-next")
-        browser.wait_for("page 2", lambda: "page 2" in browser.text("page-number"))
-        second = browser.js("return [...document.querySelectorAll('#jobs a')].map(a => a.dataset.id)")
-        assert second and not set(first) & set(second)
-
-        # Paste an id into the search box: its page opens.
-        browser.type("#search-text", "welcome:ada")
-        browser.click("#search button")
-        browser.wait_for("welcome:ada's page", lambda: browser.js("return location.pathname") == "/job/welcome%3Aada")
-        browser.wait_for("its timeline", lambda: "SMTP 550" in browser.text("job-timeline"))
-        assert not browser.text("status").startswith("could not")
+        yield session
     finally:
-        browser.close()
+        session.close()
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+@needs_chromium
+def test_the_page_in_headless_chromium(dashboard, db, tmp_path, browser):
+    browser.go(dashboard)
+    browser.wait_for("the queues", lambda: "emails" in browser.text("queues"))
+    assert "invoice-pdf:1040" in browser.text("running")
+    assert '{"page": 3, "of": 12}' in browser.text("running")
+    assert "SMTP 550: mailbox unavailable" in browser.text("failed")
+    assert browser.js("return document.querySelectorAll('#chart rect').length") == 120
+    assert "nightly-report" in browser.text("schedules") and "paused" in browser.text("schedules")
+
+    # A job that fails after the page opened shows up by itself (the page refreshes).
+    one(db, "SELECT tq_add('webhooks', '{}', '{\"id\": \"hook:77\", \"attempts\": 1}')")
+    claim(db, "webhooks", "hook-worker")
+    one(db, "SELECT tq_settle('hook:77', 1, 'error', 'HTTP 502 from hooks.example.com')")
+    browser.wait_for("hook:77", lambda: "hook:77" in browser.text("failed"))
+    assert "webhooks" in browser.text("queues")
+    browser.js("window.scrollTo(0, 0)")
+    save(browser, tmp_path, "dashboard.png")
+
+    # The failed jobs of a queue: its count in the queues table opens that list.
+    browser.click('a[data-list="reports:failed"]')
+    browser.wait_for("the failed reports", lambda: "report:q3" in browser.text("jobs"))
+    assert "Jobs · reports · failed" in browser.text("jobs-title")
+    assert "renderer crashed" in browser.text("jobs")
+    browser.js("document.getElementById('jobs-title').scrollIntoView()")
+    save(browser, tmp_path, "dashboard-lists.png")
+
+    # Open the failed job from the list and read its timeline.
+    browser.click('#jobs a[data-id="report:q3"]')
+    browser.wait_for("the job's timeline", lambda: "report-worker-2" in browser.text("job-timeline"))
+    assert browser.js("return location.pathname") == "/job/report%3Aq3"
+    assert browser.text("job-state") == "failed"
+    timeline = browser.text("job-timeline")
+    for words in ("running", "progress", "report-worker-1", "timeout talking to the renderer",
+                  '{"page":7,"of":12}', "failed"):
+        assert words in timeline, words
+    assert "fetch-rows" in browser.text("job-steps") and "pages 1-6" in browser.text("job-steps")
+    assert '"requested_by": "ada"' in browser.text("job-meta")
+    assert '"quarter": "Q3"' in browser.text("job-payload")
+    assert "2 of 2 charged" in browser.text("job-fields")
+    save(browser, tmp_path, "dashboard-job.png")
+
+    # Retry it: asked first; then it is waiting again.
+    browser.click('button[data-retry="report:q3"]')
+    browser.wait_for("the question", lambda: browser.js("return document.getElementById('confirm').open"))
+    assert "Retry job report:q3?" in browser.text("confirm-text")
+    browser.click("#confirm-yes")
+    browser.wait_for("report:q3 waiting", lambda: browser.text("job-state") == "waiting")
+    assert get(db, "report:q3")["state"] == "waiting"
+    assert "waiting" in browser.text("job-timeline").splitlines()[-1]
+
+    # Cancel a running one, from the front page; "Keep as is" first changes nothing.
+    browser.go(dashboard)
+    browser.wait_for("the running jobs", lambda: "invoice-pdf:1041" in browser.text("running"))
+    browser.click('#running button[data-cancel="invoice-pdf:1041"]')
+    browser.wait_for("the question", lambda: browser.js("return document.getElementById('confirm').open"))
+    browser.click("#confirm-no")
+    assert get(db, "invoice-pdf:1041")["state"] == "running"
+    browser.click('#running button[data-cancel="invoice-pdf:1041"]')
+    browser.wait_for("the question", lambda: browser.js("return document.getElementById('confirm').open"))
+    browser.click("#confirm-yes")
+    browser.wait_for("invoice-pdf:1041 gone", lambda: "invoice-pdf:1041" not in browser.text("running"))
+    assert get(db, "invoice-pdf:1041") is None
+    # Its page still tells its story: the job is gone, its events are kept.
+    browser.go(dashboard + "job/invoice-pdf%3A1041")
+    browser.wait_for("the cancelled job", lambda: "cancelled" in browser.text("job-state"))
+    assert [line.split("\t")[2] for line in browser.text("job-timeline").splitlines()] == \
+        ["waiting", "running", "progress", "cancelled"]
+    browser.go(dashboard)
+    browser.wait_for("the queues", lambda: "emails" in browser.text("queues"))
+
+    # Pause a queue.
+    browser.click('button[data-pause="emails"]')
+    browser.wait_for("the question", lambda: browser.js("return document.getElementById('confirm').open"))
+    browser.click("#confirm-yes")
+    browser.wait_for("emails paused", lambda: "paused" in browser.js(
+        "return document.querySelector('td[data-queue=\"emails\"]').parentNode.innerText"))
+    assert json.loads(one(db, "SELECT tq_queue('emails')"))["paused"] is True
+
+    # Edit a queue's limits in its dialog; then pause a schedule.
+    browser.click('button[data-limits="pdf"]')
+    browser.wait_for("the limits", lambda: browser.js("return document.getElementById('limits').open"))
+    browser.type("#limit-concurrency", "3")
+    browser.type("#limit-rate", "20/m")
+    browser.click("#limits-save")
+    browser.wait_for("the question", lambda: browser.js("return document.getElementById('confirm').open"))
+    assert '"concurrency":3' in browser.text("confirm-text")
+    browser.click("#confirm-yes")
+    browser.wait_for("the new limits", lambda: "concurrency 3, rate 20/60000ms" in browser.text("queues"))
+    settings = json.loads(one(db, "SELECT tq_queue('pdf')"))
+    assert (settings["concurrency"], settings["rate"]) == (3, "20/60000ms")
+    browser.click('button[data-schedule="nightly-report"]')
+    browser.wait_for("the question", lambda: browser.js("return document.getElementById('confirm').open"))
+    browser.click("#confirm-yes")
+    browser.wait_for("nightly-report paused", lambda: browser.js(
+        "return document.querySelector('button[data-schedule=\"nightly-report\"]').textContent") == "Resume")
+    assert [r[0] for r in db.execute("SELECT paused FROM tq_schedules WHERE name = 'nightly-report'")] == [1]
+
+    # Page through a list: the second page has other jobs. A refresh under way at a click
+    # may still draw the rows it had asked for under the new page number (the next one
+    # mends it), so the test waits for the rows themselves, read with the number.
+    def done_emails_on(page, besides=frozenset()):
+        """The ids listed, when the list shows that page, only done emails, and some id
+        not in `besides`."""
+        number, rows = browser.js(
+            "return [document.getElementById('page-number').innerText,"
+            " [...document.querySelectorAll('#jobs tr')].filter(tr => tr.querySelector('a'))"
+            ".map(tr => [tr.querySelector('a').dataset.id, tr.cells[1].innerText, tr.cells[2].innerText])]")
+        ids = {job for job, _, _ in rows}
+        shown = number == page and {(queue, state) for _, queue, state in rows} == {("emails", "done")}
+        return ids if shown and ids - besides else None
+    browser.click('a[data-list="emails:done"]')
+    first = browser.wait_for("page 1 of the done emails", lambda: done_emails_on("page 1"))
+    assert len(first) == 50 and "emails · done" in browser.text("jobs-title")
+    browser.click("#page-next")
+    second = browser.wait_for("page 2 of the done emails", lambda: done_emails_on("page 2", first))
+    assert not first & second
+
+    # Paste an id into the search box: its page opens.
+    browser.type("#search-text", "welcome:ada")
+    browser.click("#search button")
+    browser.wait_for("welcome:ada's page", lambda: browser.js("return location.pathname") == "/job/welcome%3Aada")
+    browser.wait_for("its timeline", lambda: "SMTP 550" in browser.text("job-timeline"))
+    assert not browser.text("status").startswith("could not")

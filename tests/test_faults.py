@@ -348,7 +348,8 @@ def test_locked_past_busy_timeout_is_database_is_locked_and_changes_nothing(lock
     assert err.sqlite_errorcode == sqlite3.SQLITE_BUSY, err.sqlite_errorname
     assert not a.in_transaction
     assert took >= BUSY_MS / 1000 * 0.9, f"gave up after {took:.3f}s, before the busy timeout"
-    assert took < 10, f"waited {took:.1f}s for a {BUSY_MS} ms busy timeout"
+    # ... and gave up at last (a wide bound: a loaded machine is slow, not stuck)
+    assert took < 60, f"waited {took:.1f}s for a {BUSY_MS} ms busy timeout"
     b.execute("ROLLBACK")
     assert snapshot(b) == before
     # Once the lock is gone the same call works.
@@ -502,14 +503,11 @@ def test_kill_9_during_batch_claims_leaves_every_job_claimable(db_path):
         # The next process: this one (the dead one's pid is gone and reaped).
         conn = connect(db_path)
         check_store(conn)
-        t = time.monotonic()
         rows = claim(conn, "q", "next", 1000, {"lease": "1h"})
-        took = time.monotonic() - t
         stuck = conn.execute("SELECT id, worker, lease_until FROM tinyq_jobs "
                              "WHERE status = 'running' AND worker <> 'next' LIMIT 5").fetchall()
         assert len(rows) == 500, (f"seed {seed}, kill {kill}: the next claim got {len(rows)} of 500 jobs; "
                                   f"still leased by the dead process: {stuck}")
-        assert took < 10
         for r in rows:
             assert r["attempt"] > attempts_seen.get(r["id"], 0), "an attempt number was reused"
             attempts_seen[r["id"]] = r["attempt"]

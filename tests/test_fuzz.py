@@ -147,7 +147,8 @@ def _strategies():
     option_keys = pick([
         "id", "at", "delay", "priority", "group", "attempts", "lease", "timeout", "backoff",
         "backoff_max", "concurrency", "rate", "group_concurrency", "group_rate", "dedupe",
-        "keep", "paused", "bogus", "", "ID", "delay ", "tz", "missed", "meta",
+        "keep", "paused", "bogus", "", "ID", "delay ", "tz", "missed", "meta", "expires", "on_conflict",
+        "max_wait",
     ])
     json_scalars = st.one_of(st.none(), st.booleans(), ints, st.floats(allow_nan=False),
                              durations, st.text(max_size=8))
@@ -164,6 +165,9 @@ def _strategies():
         '{"rate": 10}', '{"rate": "10/s", "group_rate": "0/s"}', '{"concurrency": 0}',
         '{"priority": 2147483648}', '{"priority": -2147483649}', '{"attempts": 1000001}',
         '{"delay": 1.5}', '{"delay": "1.5"}', '{"at": 1e20}', '{"lease": 3.7}',
+        '{"expires": "1s", "delay": "2s"}', '{"expires": "2026-13-45"}', '{"on_conflict": "replace"}',
+        '{"id": "a", "on_conflict": "debounce"}', '{"id": "a", "on_conflict": "debounce", "delay": "1s", "max_wait": "1ms"}',
+        '{"id": "a", "max_wait": "1s"}', '{"id": "a", "on_conflict": null, "expires": null}',
     ])
     texts = st.one_of(
         st.text(max_size=12),
@@ -278,6 +282,9 @@ def check_invariants(c, ever_added, attempts, now, min_keep=7 * DAY):
         if jid not in present:
             assert state in ("cancelled", "done", "failed"), \
                 f"job {jid!r} is gone but its latest event is {state!r}"
+    # EXP-01: no attempt started at or after its job's `expires` (claims end such jobs first).
+    late = c.execute("SELECT id FROM tinyq_jobs WHERE status = 'running' AND started_at >= start_by").fetchall()
+    assert not late, f"jobs {late} were claimed past their expires"
     counts = dict(c.execute("SELECT state, count(*) FROM tq_jobs GROUP BY state").fetchall())
     assert set(counts) <= {"scheduled", "waiting", "running", "done", "failed"}, counts
     check_counters(c)
@@ -307,7 +314,10 @@ def build_machine():
     good_delays = st.one_of(st.integers(0, 5_000), pick(["0ms", "10ms", "1s", "2s", "1m"]))
     add_opts = st.fixed_dictionaries({}, optional={
         "id": chosen_ids, "delay": good_delays, "priority": st.integers(-3, 3),
-        "group": pick(["g1", "g2"]), "attempts": st.integers(1, 4)})
+        "group": pick(["g1", "g2"]), "attempts": st.integers(1, 4),
+        "expires": st.one_of(pick(["50ms", "1s", "3s", "1m", "1d", "0s", "x", -1]), st.integers(T0, T0 + 10_000)),
+        "on_conflict": pick(["keep", "replace", "replace", "debounce", "debounce", "nope"]),
+        "max_wait": pick(["0ms", "1s", "5s", "1m"])})
     queue_opts = st.fixed_dictionaries({}, optional={
         "lease": pick(["100ms", "1s", "30s", None]),
         "timeout": pick(["500ms", "5s", "1h", None]),

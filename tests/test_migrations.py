@@ -12,7 +12,7 @@ import pytest
 from helpers import ROOT, check_buckets, claim, connect, get, one, plain_ahead
 
 NOW = 1_900_000_000_000
-CURRENT = 5  # the schema version this build creates
+CURRENT = 6  # the schema version this build creates
 DAY = 86_400_000
 
 
@@ -47,7 +47,7 @@ def v1_store(path, version=1):
     return events
 
 
-@pytest.mark.parametrize("version", [1, 2, 3, 4])
+@pytest.mark.parametrize("version", [1, 2, 3, 4, 5])
 def test_old_store_migrates_to_current_on_first_write_keeping_jobs(tmp_path, version):
     path = str(tmp_path / "old.db")
     events_before = v1_store(path, version)
@@ -105,7 +105,7 @@ def shape(db):
     return {(t, n, tbl): " ".join((sql or "").replace('"tinyq_jobs"', "tinyq_jobs").split()) for t, n, tbl, sql in rows}
 
 
-@pytest.mark.parametrize("version", [1, 2, 3, 4])
+@pytest.mark.parametrize("version", [1, 2, 3, 4, 5])
 def test_migrated_store_has_the_schema_of_a_new_store(tmp_path, version):
     old = str(tmp_path / "old.db")
     v1_store(old, version)
@@ -194,4 +194,21 @@ def test_long_line_of_a_v4_store_is_cut_into_buckets(tmp_path):
     one(db, "SELECT tq_add('long', '{}', '{\"id\": \"new\", \"priority\": 1}')")
     check_buckets(db)
     assert get(db, "new")["ahead"] == plain_ahead(db, "new")
+    db.close()
+
+
+def test_v5_store_takes_expires_and_replace_after_its_migration(tmp_path):
+    """Schema 6 keeps tq_add's `expires` per job and replaces jobs (EXP-01, KEY-01): jobs from
+    before have no bound; new ones expire, and a replace moves a job of the old store."""
+    path = str(tmp_path / "old.db")
+    v1_store(path, 5)
+    db = connect(path)
+    one(db, "SELECT tq_clock(?)", NOW)
+    one(db, "SELECT tq_add('q', '{}', '{\"id\": \"bounded\", \"expires\": \"1m\"}')")
+    assert get(db, "waiting-1")["expires"] is None and get(db, "bounded")["expires"] == NOW + 60_000
+    one(db, "SELECT tq_add('q', '{\"n\": 9}', '{\"id\": \"waiting-1\", \"on_conflict\": \"replace\", \"priority\": 1}')")
+    assert (get(db, "waiting-1")["payload"], get(db, "waiting-1")["priority"]) == ({"n": 9}, 1)
+    one(db, "SELECT tq_clock(?)", NOW + 60_000)
+    assert [r["id"] for r in claim(db, "q", "w", 10)] == ["waiting-1"]
+    assert get(db, "bounded")["error"] == "expired"
     db.close()

@@ -22,9 +22,11 @@ PY = "/usr/bin/python3"
 
 # -- helpers ---------------------------------------------------------------------------
 
-def wait_for(predicate, timeout=10.0, every=0.02):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
+def wait_for(predicate, timeout=60.0, every=0.02):
+    """predicate()'s first true value, asked until a deadline generous enough for a loaded
+    machine."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
         value = predicate()
         if value:
             return value
@@ -45,7 +47,7 @@ def start_work(queue, handler, **kw):
     return thread, box
 
 
-def stop(queue, thread, timeout=15):
+def stop(queue, thread, timeout=60):
     queue.stop()
     thread.join(timeout)
     assert not thread.is_alive(), "work() did not return after stop()"
@@ -60,7 +62,7 @@ def worker_process(db_path, body):
                             stderr=subprocess.PIPE, text=True, env=env)
 
 
-def finish(proc, timeout=30):
+def finish(proc, timeout=60):
     out, err = proc.communicate(timeout=timeout)
     return proc.returncode, out, err
 
@@ -226,7 +228,7 @@ def test_progress_shows_in_get(queue):
 
     def handler(payload, run):
         assert run.progress({"pct": 50}) is True
-        release.wait(10)
+        release.wait(600)                       # until the test has looked
         return "ok"
 
     thread, _ = start_work(queue, handler)
@@ -241,19 +243,20 @@ def test_progress_shows_in_get(queue):
 def test_stop_waits_for_work_in_flight(queue):
     queue.add({}, id="first", priority=1)
     queue.add({}, id="second")
-    started, finished = threading.Event(), []
+    started, release, finished = threading.Event(), threading.Event(), []
 
     def handler(payload, run):
         started.set()
-        time.sleep(1.0)
-        finished.append(time.time())
+        release.wait(600)                       # in flight until stop() was asked
+        finished.append(time.monotonic())
         return "finished"
 
     thread, box = start_work(queue, handler, concurrency=1)
-    assert started.wait(10)
+    assert started.wait(60)
     queue.stop()
-    thread.join(15)
-    returned = time.time()
+    release.set()
+    thread.join(60)
+    returned = time.monotonic()
     assert not thread.is_alive() and finished and finished[0] <= returned
     assert box["handled"] == 1
     assert queue.get("first")["state"] == "done"              # settled before work() returned
@@ -266,28 +269,25 @@ def test_once_work_returned_nothing_of_the_worker_holds_the_file(db_path, stop_a
     # stop() at once (the tq_wait thread may not have started) and once it sleeps in tq_wait
     q = tinyq.Queue(db_path, "q")
     q.add({})
-    thread, _box = start_work(q, lambda payload, run: None, poll=5.0)
+    # An idle poll of an hour: stop() does not wait it out (else stop()'s join fails).
+    thread, _box = start_work(q, lambda payload, run: None, poll=3600.0)
     time.sleep(stop_after)
-    asked = time.monotonic()
     stop(q, thread)
-    assert time.monotonic() - asked < 1.0      # stop() does not wait out the idle poll
     q.close()
     assert open_handles(db_path) == []
 
 
 def test_handlers_run_in_parallel_threads_with_their_own_connections(queue):
     ids = [queue.add({"i": i}) for i in range(3)]
-    seen = []
+    seen, together = [], threading.Barrier(3, timeout=60)
 
     def handler(payload, run):
         seen.append((threading.get_ident(), id(run.conn)))
-        time.sleep(1.0)
+        together.wait()                         # passes only with all three running at once
 
-    t0 = time.time()
     thread, _ = start_work(queue, handler, concurrency=3)
     wait_for(lambda: all(queue.get(i)["state"] == "done" for i in ids))
     stop(queue, thread)
-    assert time.time() - t0 < 2.8
     assert len({t for t, _ in seen}) == 3 and len({c for _, c in seen}) == 3
 
 
@@ -298,13 +298,12 @@ def test_idle_worker_wakes_through_tq_wait(queue):
         called.set()
         queue.stop()            # from a handler: work() returns once this job is settled
 
-    thread, _ = start_work(queue, handler, poll=5.0)
-    time.sleep(0.5)                              # the loop is now asleep in tq_wait(q, 5s)
-    t0 = time.time()
+    # A poll of an hour: without tq_wait's wake-up the job would wait that long.
+    thread, _ = start_work(queue, handler, poll=3600.0)
+    time.sleep(0.5)                              # the loop is asleep in tq_wait by now, most likely
     queue.add({}, id="wake")
-    assert called.wait(10)
-    assert time.time() - t0 < 2.0, "the add did not wake tq_wait"
-    thread.join(10)
+    assert called.wait(60), "the add did not wake tq_wait"
+    thread.join(60)
     assert not thread.is_alive()
     assert queue.get("wake")["state"] == "done"
 
@@ -316,14 +315,14 @@ def test_cancellation_sets_run_cancelled_and_skips_the_settle(queue):
 
     def handler(payload, run):
         started.set()
-        deadline = time.time() + 5
-        while not run.cancelled and time.time() < deadline:
+        deadline = time.monotonic() + 60
+        while not run.cancelled and time.monotonic() < deadline:
             time.sleep(0.05)
         seen.append(run.cancelled)
         return "must not be recorded"
 
     thread, _ = start_work(queue, handler)
-    assert started.wait(10)
+    assert started.wait(60)
     assert queue.cancel("c") is True
     wait_for(lambda: seen)
     stop(queue, thread)
@@ -339,8 +338,8 @@ def test_timed_out_attempt_is_cancelled_and_not_settled(queue):
     seen = []
 
     def handler(payload, run):
-        deadline = time.time() + 5
-        while not run.cancelled and time.time() < deadline:
+        deadline = time.monotonic() + 60
+        while not run.cancelled and time.monotonic() < deadline:
             time.sleep(0.05)
         seen.append(run.cancelled)
         return "too late"
@@ -385,7 +384,7 @@ def test_step_survives_a_sigkilled_worker(db_path, queue):
         q.work(handler)
     """)
     try:
-        wait_for(lambda: q_step(db_path), timeout=15)
+        wait_for(lambda: q_step(db_path))
     finally:
         first.kill()
         finish(first)
@@ -421,13 +420,15 @@ def test_signal_finishes_the_job_in_flight_then_exits(db_path, queue, sig):
     proc = worker_process(db_path, """
         def handler(payload, run):
             run.progress("started")
-            time.sleep(1.5)
+            while not os.path.exists(sys.argv[1] + ".signalled"):   # in flight until then
+                time.sleep(0.01)
             return "finished"
         print("handled", q.work(handler), flush=True)
     """)
     try:
-        wait_for(lambda: queue.get("first")["progress"] == "started", timeout=15)
+        wait_for(lambda: queue.get("first")["progress"] == "started")
         proc.send_signal(sig)
+        open(db_path + ".signalled", "w").close()
         rc, out, err = finish(proc)
     finally:
         proc.kill()
@@ -440,18 +441,21 @@ def test_signal_finishes_the_job_in_flight_then_exits(db_path, queue, sig):
 
 
 def test_renewals_keep_a_long_handlers_lease(db_path, queue, db):
-    queue.settings(lease="1s")
+    # 5 s: renewed at half of it, so a loaded machine has 2.5 s to spare
+    queue.settings(lease="5s")
     queue.add({}, id="long")
     proc = worker_process(db_path, """
         def handler(payload, run):
             run.progress("started")
-            time.sleep(2.5)
+            first_lease_ends = run.lease_until
+            while time.time() * 1000 < first_lease_ends + 500:     # outlive the first lease
+                time.sleep(0.05)
             q.stop()
             return "still mine"
         q.work(handler, poll=0.2)
     """)
     try:
-        wait_for(lambda: queue.get("long")["progress"] == "started", timeout=15)
+        wait_for(lambda: queue.get("long")["progress"] == "started")
         stolen = []
         while proc.poll() is None:              # another worker keeps trying, all along
             stolen += claim(db, "q", worker="thief")
@@ -483,23 +487,31 @@ def test_pool_threads_and_connections_live_as_long_as_work(queue):
 
 
 def test_heartbeat_renews_every_running_job_in_one_pass(queue):
-    queue.settings(lease="1s")
+    queue.settings(lease="3s")
     release = threading.Event()
 
     def handler(payload, run):
-        release.wait(10)
+        release.wait(600)                        # running until the test has looked
+
+    def leases():
+        return [queue.get("j%d" % i)["lease_until"] for i in range(3)]
 
     thread, _ = start_work(queue, handler, concurrency=3)
-    for i in range(3):                           # claimed 150 ms apart
+    for i in range(3):                           # claimed 150 ms apart (or more)
         queue.add({}, id="j%d" % i)
         wait_for(lambda: queue.get("j%d" % i)["state"] == "running")
         time.sleep(0.15)
-    time.sleep(1.0)                              # past the first renewal
-    leases = [queue.get("j%d" % i)["lease_until"] for i in range(3)]
+    claimed = leases()
+
+    def renewed_together():
+        """One pass gave the three one lease end (one by one, they would stay 150 ms apart
+        and this wait would fail)."""
+        now = leases()
+        return max(now) - min(now) <= 5 and min(now) > max(claimed)
+    wait_for(renewed_together)
     release.set()
     wait_for(lambda: all(queue.get("j%d" % i)["state"] == "done" for i in range(3)))
     stop(queue, thread)
-    assert max(leases) - min(leases) <= 5, leases     # renewed together, not 150 ms apart
     assert all(queue.get("j%d" % i)["attempt"] == 1 for i in range(3))
 
 
@@ -521,18 +533,19 @@ def test_errors_class_records_only_the_exception_class(queue):
 def test_prefetch_claims_ahead_and_puts_those_back_on_stop(queue):
     for i in range(5):
         queue.add({"i": i}, id="p%d" % i, priority=10 - i)
-    started = threading.Event()
+    started, release = threading.Event(), threading.Event()
 
     def handler(payload, run):
         started.set()
         if payload["i"] == 0:
-            time.sleep(1.0)
+            release.wait(600)                   # in flight until stop() was asked
 
     thread, box = start_work(queue, handler, prefetch=2)
-    assert started.wait(10)
+    assert started.wait(60)
     running = [queue.get("p%d" % i)["state"] for i in range(5)]
     queue.stop()
-    thread.join(15)
+    release.set()
+    thread.join(60)
     assert not thread.is_alive()
     assert running == ["running", "running", "running", "waiting", "waiting"]
     states = [queue.get("p%d" % i)["state"] for i in range(5)]
@@ -587,16 +600,16 @@ def test_prefetch_auto_claims_ahead_only_after_fast_handlers(queue):
     def handler(payload, run):
         if payload["i"] == 10:              # ten tiny jobs first, then one that blocks
             blocked.set()
-            release.wait(10)
+            release.wait(600)               # until the test has looked
 
     thread, box = start_work(queue, handler)              # prefetch="auto", one thread
-    assert blocked.wait(10)
+    assert blocked.wait(60)
     ahead = [i for i in range(11, 20) if queue.get("a%02d" % i)["state"] == "running"]
     # the jobs done before the blocked one are settled meanwhile (not held behind it)
-    wait_for(lambda: all(queue.get("a%02d" % i)["state"] == "done" for i in range(10)), timeout=3)
+    wait_for(lambda: all(queue.get("a%02d" % i)["state"] == "done" for i in range(10)))
     queue.stop()
     release.set()
-    thread.join(15)
+    thread.join(60)
     assert not thread.is_alive()
     assert 1 <= len(ahead) <= 7, ahead                    # claimed ahead of the blocked one
     assert all(queue.get("a%02d" % i)["state"] == "done" for i in range(11))
@@ -612,7 +625,7 @@ def test_jobs_claimed_ahead_do_not_wait_behind_a_slow_one_while_another_thread_i
 
     def handler(payload, run):
         if payload["i"] == 10:
-            release.wait(10)
+            release.wait(600)                   # until the test has looked
 
     thread, _ = start_work(queue, handler, concurrency=2)
     try:

@@ -132,6 +132,10 @@ def workload(conn, path):
     add(conn, "q", "{}", id="later", delay="30s")
     add(conn, "q", "{}", id="at", at=T0 + 5000, attempts=2)
     add(conn, "q", "{}", id="at")  # idempotent: the id exists
+    add(conn, "q", "{}", id="at", on_conflict="replace", at=T0 + 5000, attempts=2, priority=1)
+    add(conn, "q", "{}", id="bounded", expires="30s")  # past its bound at the claims of T0 + 61 s
+    for group in ("g0", "g1"):
+        add(conn, "q", "{}", id="deb", on_conflict="debounce", delay="1s", max_wait="1m", group=group)
     add(conn, "plain", "1")
     add(conn, "plain", "2", id="dup")
     add(conn, "plain", "2", id="dup")
@@ -142,6 +146,7 @@ def workload(conn, path):
     one(conn, "WITH RECURSIVE c(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM c WHERE i < 1100)"
              " SELECT count(tq_add('long', '{}', json_object('id', 'long-' || i))) FROM c")
     one(conn, "SELECT tq_get('long-600')")
+    add(conn, "long", "{}", id="long-600", on_conflict="replace", priority=1)
     one(conn, "SELECT tq_wait('q', 0)")
     one(conn, "SELECT tq_wait('empty', 0)")
 

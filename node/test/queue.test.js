@@ -2,23 +2,22 @@
 // The Queue methods other than work(): add, get, cancel, retry, watch, settings, load/open.
 const { test } = require('node:test');
 const assert = require('node:assert/strict');
-const Database = require('better-sqlite3');
 const tinyq = require('..');
 
-const { tempDb } = require('../test-support');
+const { all, exec, plainDb, tempDb, transaction, value } = require('../test-support');
 
 test('open() loads tinyq and sets WAL, synchronous=FULL, busy_timeout', () => {
   const db = tinyq.open(tempDb());
-  assert.match(db.prepare('SELECT tq_version()').pluck().get(), /^\d+\.\d+/);
-  assert.equal(db.pragma('journal_mode', { simple: true }), 'wal');
-  assert.equal(db.pragma('synchronous', { simple: true }), 2);
-  assert.equal(db.pragma('busy_timeout', { simple: true }), 5000);
+  assert.match(value(db, 'SELECT tq_version()'), /^\d+\.\d+/);
+  assert.equal(value(db, 'PRAGMA journal_mode'), 'wal');
+  assert.equal(value(db, 'PRAGMA synchronous'), 2);
+  assert.equal(value(db, 'PRAGMA busy_timeout'), 5000);
   db.close();
 });
 
 test('load() loads tinyq into a Database of yours', () => {
-  const db = tinyq.load(new Database(':memory:'));
-  assert.equal(typeof db.prepare('SELECT tq_now()').pluck().get(), 'number');
+  const db = tinyq.load(plainDb(':memory:'));
+  assert.equal(typeof value(db, 'SELECT tq_now()'), 'number');
   db.close();
 });
 
@@ -56,17 +55,17 @@ test('a bad option is the extension\'s error, naming the key', () => {
 test('add runs inside the caller\'s transaction and rolls back with it', () => {
   const db = tinyq.open(tempDb());
   const q = new tinyq.Queue(db, 'mail');
-  db.exec('CREATE TABLE messages (id INTEGER PRIMARY KEY, body TEXT)');
-  const sendLater = db.transaction((body, fail) => {
-    const { lastInsertRowid } = db.prepare('INSERT INTO messages (body) VALUES (?)').run(body);
-    q.add({ message: Number(lastInsertRowid) }, { id: `send:${body}` });
+  exec(db, 'CREATE TABLE messages (id INTEGER PRIMARY KEY, body TEXT)');
+  const sendLater = transaction(db, (body, fail) => {
+    const id = value(db, 'INSERT INTO messages (body) VALUES (?) RETURNING id', body);
+    q.add({ message: id }, { id: `send:${body}` });
     if (fail) throw new Error('rolled back');
   });
-  sendLater.immediate('kept', false);
-  assert.throws(() => sendLater.immediate('lost', true), /rolled back/);
+  sendLater('kept', false);
+  assert.throws(() => sendLater('lost', true), /rolled back/);
   assert.notEqual(q.get('send:kept'), null);
   assert.equal(q.get('send:lost'), null);
-  assert.equal(db.prepare('SELECT count(*) FROM messages').pluck().get(), 1);
+  assert.equal(value(db, 'SELECT count(*) FROM messages'), 1);
   db.close();
 });
 
@@ -83,8 +82,8 @@ test('cancel, retry, watch and settings', () => {
   assert.equal(q.get('a'), null);
 
   q.add({}, { id: 'b' });
-  const [job] = q.db.prepare("SELECT id, attempt FROM tq_claim('jobs', 'w', 1)").all();
-  q.db.prepare("SELECT tq_settle(?, ?, 'fail', 'broken')").pluck().get(job.id, BigInt(job.attempt));
+  const [job] = all(q.db, "SELECT id, attempt FROM tq_claim('jobs', 'w', 1)");
+  value(q.db, "SELECT tq_settle(?, ?, 'fail', 'broken')", job.id, job.attempt);
   assert.equal(q.get('b').state, 'failed');
   assert.equal(q.retry('b'), true);
   assert.equal(q.get('b').state, 'waiting');

@@ -5,13 +5,13 @@ const { test } = require('node:test');
 const assert = require('node:assert/strict');
 const tinyq = require('..');
 
-const { tempDb } = require('../test-support');
+const { all, tempDb, value } = require('../test-support');
 
 const ms = (iso) => Date.parse(iso);
 
 test('schedule, schedules, unschedule: a Monday 09:00 Europe/Paris digest', () => {
   const q = new tinyq.Queue(tempDb(), 'mail');
-  q.db.prepare('SELECT tq_clock(?)').get(ms('2026-11-30T07:00:00Z'));
+  value(q.db, 'SELECT tq_clock(?)', ms('2026-11-30T07:00:00Z'));
   const s = q.schedule('digest', '0 9 * * mon', { kind: 'weekly-digest' },
     { tz: 'Europe/Paris', meta: { team: 'growth' }, missed: 'all' });
   assert.deepEqual([s.queue, s.tz, s.missed, s.next_at], ['mail', 'Europe/Paris', 'all', ms('2026-11-30T08:00:00Z')]);
@@ -20,8 +20,8 @@ test('schedule, schedules, unschedule: a Monday 09:00 Europe/Paris digest', () =
   new tinyq.Queue(q.db, 'other').schedule('elsewhere', '@hourly', {});
   assert.deepEqual(q.schedules().map((x) => [x.name, x.when, x.paused]), [['digest', '0 9 * * mon', false]]);
 
-  q.db.prepare('SELECT tq_clock(?)').get(ms('2026-11-30T08:00:00Z'));
-  const claimed = q.db.prepare("SELECT id, meta FROM tq_claim('mail', 'w', 10)").all();
+  value(q.db, 'SELECT tq_clock(?)', ms('2026-11-30T08:00:00Z'));
+  const claimed = all(q.db, "SELECT id, meta FROM tq_claim('mail', 'w', 10)");
   assert.deepEqual(claimed, [{ id: 'digest@2026-11-30T08:00:00Z', meta: '{"team":"growth"}' }]);
   assert.equal(q.schedules()[0].last_id, 'digest@2026-11-30T08:00:00Z');
 

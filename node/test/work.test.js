@@ -4,7 +4,7 @@ const { test, afterEach } = require('node:test');
 const assert = require('node:assert/strict');
 const tinyq = require('..');
 
-const { tempDb } = require('../test-support');
+const { all, tempDb, value } = require('../test-support');
 
 // Every test's queues are stopped and closed after it, even when it fails, so that a
 // failing test cannot leave a worker running (which would keep the test process alive).
@@ -66,7 +66,7 @@ test('a handler that throws is recorded as an error "Name: message"', async () =
   });
   assert.equal(q.get('custom').state, 'failed');
   assert.equal(q.get('custom').error, 'QuotaError: over quota');
-  assert.match(q.get('type').error, /^TypeError: Cannot read properties of null/);
+  assert.match(q.get('type').error, /^TypeError: .*null/); // V8 and JavaScriptCore word it differently
   // With attempts left, an error is retried after its backoff (1 s by default).
   const again = q.get('again');
   assert.equal(again.state, 'scheduled');
@@ -104,7 +104,7 @@ test('a control outcome the extension refuses is recorded as an error', async ()
   q.add({}, { id: 'a', attempts: 1 });
   await workUntilSettled(q, ['a'], async (payload, run) => run.snooze('soon'));
   assert.equal(q.get('a').state, 'failed');
-  assert.match(q.get('a').error, /^SqliteError: tq_settle: .*soon/);
+  assert.match(q.get('a').error, /^\w*Error: tq_settle: .*soon/); // the driver's error class
 });
 
 test('steps and progress inside one attempt', async () => {
@@ -147,7 +147,7 @@ test('renewals keep a long handler\'s lease (lease 1s, handler 2.5s)', async () 
       await sleep(100);
       leases.push(run.leaseUntil);
       // Another worker finds nothing to claim: the lease is held the whole time.
-      assert.equal(q.db.prepare("SELECT count(*) FROM tq_claim('q', 'thief', 1)").pluck().get(), 0);
+      assert.equal(value(q.db, "SELECT count(*) FROM tq_claim('q', 'thief', 1)"), 0);
     }
     return 'finished';
   });
@@ -221,7 +221,7 @@ test('a timed-out attempt sets run.cancelled and is not settled', async () => {
   await working;
   assert.notEqual(q.get('slow').state, 'done'); // the helper did not settle it
   // The next claim ends the attempt as an error "timeout".
-  q.db.prepare("SELECT * FROM tq_claim('q', 'w2', 1)").all();
+  all(q.db, "SELECT * FROM tq_claim('q', 'w2', 1)");
   assert.equal(q.get('slow').state, 'failed');
   assert.equal(q.get('slow').error, 'timeout');
 });
@@ -242,7 +242,7 @@ test('run.meta is the job\'s meta; errors: "class" records only the error\'s cla
 });
 
 test('an idle worker wakes for a job added by another process, long before its poll, and the event loop runs on', async () => {
-  const { spawnSync } = require('child_process');
+  const { execFile } = require('child_process');
   const { monitorEventLoopDelay } = require('perf_hooks');
   const q = newQueue();
   let ran = null;
@@ -253,8 +253,10 @@ test('an idle worker wakes for a job added by another process, long before its p
   await sleep(700);
   const pkg = JSON.stringify(require('path').join(__dirname, '..'));
   const added = Date.now();
-  const child = spawnSync(process.execPath, ['-e', `const t = require(${pkg}); new t.Queue(${JSON.stringify(q.path)}, 'q').add({}, { id: 'from-outside' });`]);
-  assert.equal(child.status, 0, String(child.stderr));
+  // not spawnSync: that would stall this event loop for as long as the child runs
+  await new Promise((resolve, reject) => execFile(process.execPath,
+    ['-e', `const t = require(${pkg}); new t.Queue(${JSON.stringify(q.path)}, 'q').add({}, { id: 'from-outside' });`],
+    (err) => (err ? reject(err) : resolve())));
   await until(() => ran !== null, 4000);
   delay.disable();
   assert.ok(ran - added < 2500, `woke after ${ran - added} ms`);
@@ -297,10 +299,9 @@ function addJobs(q, n) {
 async function startsAndLeases(q, ids, opts, handler = async () => {}) {
   const started = [];
   let most = 0;
-  const leases = q.db.prepare("SELECT leases FROM tq_stats('q')").pluck();
   await workUntilSettled(q, ids, async (payload, run) => {
     started.push(run.id);
-    most = Math.max(most, leases.get());
+    most = Math.max(most, value(q.db, "SELECT leases FROM tq_stats('q')"));
     await handler(payload);
   }, opts);
   return { started, most };

@@ -18,6 +18,7 @@ queue is empty, a third thread sleeps in tq_wait and wakes the loop.
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
 import json
 import logging
@@ -25,13 +26,13 @@ import os
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Awaitable, Callable, Dict, List, Optional, Set, Tuple
+from typing import Any, Awaitable, Callable, Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
-from ._connection import open as open_conn
+from ._connection import OwnedConnection, open as open_conn
 from ._context import RunBase, current_run
 from ._protocol import (PROGRESS, STEP_GET, STEP_PUT, WAITER_JOIN_S, check_work_args, claim_args,
-                        claim_sql, lease_options, lease_pairs, outcome_of_exception, renew_all,
-                        renew_soon, renewed, schedule_renewal, settle_and_claim, stop_on_signals,
+                        claim_sql, lease_options, lease_pairs, lease_value, outcome_of_exception, renew_all,
+                        renew_soon, renewed, result_outcome, schedule_renewal, settle_and_claim, stop_on_signals,
                         wait_for_work, worker_name)
 from ._queue import Queue
 from ._sql import _decode, _encode, _one
@@ -42,29 +43,34 @@ __all__ = ["AsyncQueue", "AsyncRun"]
 
 
 class _DbThread:
-    """One thread and one connection, opened on that thread: every call runs there, in
-    order, so the loop never waits for SQLite and no two calls share the connection."""
+    """One thread and one connection (an OwnedConnection: closed before a fork while idle,
+    reopened in each process): every call runs there, in order, so the loop never waits
+    for SQLite and no two calls share the connection."""
 
     def __init__(self, connect: Callable[[], Any], name: str):
-        self._connect = connect
-        self._conn: Any = None
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix=name)
+        self._owned = OwnedConnection(connect)
+        self._name = name
+        self._pid = 0
+        self._pool: Optional[ThreadPoolExecutor] = None
 
     def _run(self, fn: Callable[..., Any], args: tuple) -> Any:
-        if self._conn is None:
-            self._conn = self._connect()
-        return fn(self._conn, *args)
+        with self._owned.lock:
+            return fn(self._owned.get(), *args)
+
+    def _executor(self) -> ThreadPoolExecutor:
+        if self._pool is None or self._pid != os.getpid():   # a forked child has no thread
+            self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix=self._name)
+            self._pid = os.getpid()
+        return self._pool
 
     async def call(self, fn: Callable[..., Any], *args: Any) -> Any:
-        return await asyncio.get_running_loop().run_in_executor(self._pool, self._run, fn, args)
+        return await asyncio.get_running_loop().run_in_executor(self._executor(), self._run, fn, args)
 
     async def close(self) -> None:
-        def close(conn: Any) -> None:
-            conn.close()
-            self._conn = None
-        if self._conn is not None:
-            await self.call(close)
-        self._pool.shutdown(wait=False)
+        if self._pool is not None and self._pid == os.getpid():
+            await asyncio.get_running_loop().run_in_executor(self._pool, self._owned.close)
+            self._pool.shutdown(wait=False)
+        self._pool = None
 
 
 class AsyncRun(RunBase):
@@ -102,10 +108,11 @@ class _Waiter(threading.Thread):
     work() waits for that (`ended`)."""
 
     def __init__(self, connect: Callable[[], Any], queue: str, poll: float,
-                 loop: asyncio.AbstractEventLoop, woke: Callable[[], None]):
+                 loop: asyncio.AbstractEventLoop, woke: Callable[[], None],
+                 failed: Callable[[BaseException], None]):
         super().__init__(name="tinyq-aio-waiter", daemon=True)
         self._connect, self._queue, self._poll = connect, queue, poll
-        self._loop, self._woke = loop, woke
+        self._loop, self._woke, self._failed = loop, woke, failed
         self._armed = threading.Event()
         self._closed = False
 
@@ -123,7 +130,14 @@ class _Waiter(threading.Thread):
     def run(self) -> None:
         if self._closed:
             return  # closed before this thread ran: open nothing
-        conn = self._connect()
+        try:
+            conn = self._connect()
+        except BaseException as exc:   # work() raises it, rather than never waking
+            try:
+                self._loop.call_soon_threadsafe(self._failed, exc)
+            except RuntimeError:      # the loop is closed
+                pass
+            return
         try:
             while True:
                 self._armed.wait()
@@ -157,6 +171,7 @@ class _AsyncWork:
         self.poll = poll
         self.errors = errors
         self.lease_options = lease_options(lease)
+        self.lease = lease_value(lease)
         self.db = _DbThread(queue._connect, "tinyq-aio-work")
         self.tasks: Set[asyncio.Task] = set()
         self.runs: Dict[AsyncRun, float] = {}        # running job -> monotonic time of its renewal
@@ -164,6 +179,7 @@ class _AsyncWork:
         self.may_claim = True
         self.event = asyncio.Event()
         self.handled = 0
+        self.failure: Optional[BaseException] = None
 
     def wake(self) -> None:
         self.event.set()
@@ -172,10 +188,16 @@ class _AsyncWork:
         self.may_claim = True
         self.event.set()
 
+    def failed(self, exc: BaseException) -> None:   # the waiter could not start
+        if self.failure is None:
+            self.failure = exc
+        self.queue._stopping = True
+        self.event.set()
+
     async def run(self) -> int:
         loop = asyncio.get_running_loop()
         sql = await self.db.call(claim_sql, self.lease_options)
-        waiter = _Waiter(self.queue._connect, self.queue.name, self.poll, loop, self.woke)
+        waiter = _Waiter(self.queue._connect, self.queue.name, self.poll, loop, self.woke, self.failed)
         waiter.start()
         heartbeat = asyncio.ensure_future(self.heartbeat())
         restore = stop_on_signals(self.queue.stop, loop)
@@ -201,21 +223,27 @@ class _AsyncWork:
                 await self.event.wait()
         finally:
             restore()
-            self.queue._stopping = True
-            waiter.close()
-            if self.tasks:             # claim nothing more; wait for the work in flight
-                await asyncio.gather(*self.tasks, return_exceptions=True)
-            try:
-                if self.finished:
-                    await self.db.call(settle_and_claim, sql, self.finished, None)
-            finally:  # a last settle that fails still leaves the queue ready for another work()
-                heartbeat.cancel()
-                await asyncio.gather(heartbeat, return_exceptions=True)
-                await self.db.close()
-                await waiter.ended()
-                self.queue._work = None
-                self.queue._stopping = False
+            await _uncancellable(self.finish(sql, waiter, heartbeat))
+        if self.failure is not None:
+            raise self.failure
         return self.handled
+
+    async def finish(self, sql: str, waiter: "_Waiter", heartbeat: "asyncio.Future[None]") -> None:
+        """Claim nothing more, wait for the work in flight, settle it, let go of everything."""
+        self.queue._stopping = True
+        waiter.close()
+        if self.tasks:
+            await asyncio.gather(*self.tasks, return_exceptions=True)
+        try:
+            if self.finished:
+                await self.db.call(settle_and_claim, sql, self.finished, None)
+        finally:  # a last settle that fails still leaves the queue ready for another work()
+            heartbeat.cancel()
+            await asyncio.gather(heartbeat, return_exceptions=True)
+            await self.db.close()
+            await waiter.ended()
+            self.queue._work = None
+            self.queue._stopping = False
 
     def start(self, job: Dict[str, Any]) -> None:
         self.handled += 1
@@ -235,9 +263,10 @@ class _AsyncWork:
         try:
             try:
                 result = await self.handler(_decode(job["payload"]), run)
-                outcome, value = "done", (None if result is None else _encode(result))
             except BaseException as exc:
                 outcome, value = outcome_of_exception(exc, self.errors)
+            else:
+                outcome, value = result_outcome(run, result)
         finally:
             self.runs.pop(run, None)
         if outcome is not None and not run.cancelled:
@@ -254,7 +283,7 @@ class _AsyncWork:
                 continue
             runs = list(self.runs)
             try:
-                leases = await self.db.call(renew_all, lease_pairs(runs))
+                leases = await self.db.call(renew_all, lease_pairs(runs), self.lease)
             except Exception as exc:
                 # Busy or not (a full disk...), try again soon: a heartbeat that ended here
                 # would let every lease run out while its handler still works.
@@ -271,8 +300,8 @@ class AsyncQueue:
     def __init__(self, path: "str | os.PathLike[str]", name: str, busy_timeout: float = 5.0):
         self.path = os.fspath(path)
         self.name = name
-        self._connect = lambda: open_conn(self.path, busy_timeout)
-        self._sync: Any = None
+        # no reference back to self: an AsyncQueue that goes closes its connection at once
+        self._connect = functools.partial(open_conn, self.path, busy_timeout, check_same_thread=False)
         self._db = _DbThread(self._connect, "tinyq-aio")
         self._stopping = False
         self._work: Optional[_AsyncWork] = None
@@ -280,18 +309,26 @@ class AsyncQueue:
 
     async def _q(self, method: str, *args: Any, **kw: Any) -> Any:
         """A Queue method, run on the queue's thread over its connection."""
+        name = self.name
+
         def call(conn: Any) -> Any:
-            if self._sync is None:
-                self._sync = Queue(conn, self.name)
-            return getattr(self._sync, method)(*args, **kw)
+            return getattr(Queue(conn, name), method)(*args, **kw)
         return await self._db.call(call)
 
     async def add(self, payload: Any, id: Optional[str] = None, delay: Any = None, at: Any = None,
                   group: Optional[str] = None, priority: Optional[int] = None,
-                  attempts: Optional[int] = None, meta: Optional[Dict[str, Any]] = None) -> str:
+                  attempts: Optional[int] = None, meta: Optional[Dict[str, Any]] = None,
+                  expires: Any = None, on_conflict: Optional[str] = None, max_wait: Any = None) -> str:
         """Add a job; returns its id (as Queue.add)."""
         return await self._q("add", payload, id=id, delay=delay, at=at, group=group,
-                             priority=priority, attempts=attempts, meta=meta)
+                             priority=priority, attempts=attempts, meta=meta, expires=expires,
+                             on_conflict=on_conflict, max_wait=max_wait)
+
+    async def add_many(self, payloads: Iterable[Any], ids: Optional[Sequence[str]] = None,
+                       **options: Any) -> List[str]:
+        """Add one job per payload in one transaction and one statement; returns their ids
+        (as Queue.add_many: the same options)."""
+        return await self._q("add_many", list(payloads), ids=ids, **options)
 
     async def get(self, id: str) -> Optional[Dict[str, Any]]:
         return await self._q("get", id)
@@ -323,8 +360,16 @@ class AsyncQueue:
                    errors: str = "message") -> int:
         """Run `await handler(payload, run)` for this queue's jobs, up to `concurrency` at
         once, until stop(), SIGTERM or SIGINT; then claim nothing more and return (how many
-        jobs it claimed) once every job in flight has finished and settled."""
+        jobs it claimed) once every job in flight has finished and settled. `handler` must be
+        a coroutine function (async def): a plain def is refused with a TypeError. Cancelling
+        the task that awaits work() stops it the same way (however often it is cancelled,
+        the jobs in flight finish and settle), then raises CancelledError."""
         check_work_args(concurrency, errors)
+        if not _is_async(handler):
+            raise TypeError("AsyncQueue.work needs an async handler (async def), not %r: a plain "
+                            "def would run on the event loop and its result could not be awaited; "
+                            "use tinyq.Queue.work for it, or wrap it: `async def handler(payload, "
+                            "run): return await asyncio.to_thread(f, payload, run)`" % (handler,))
         if self._work is not None:
             raise RuntimeError("this AsyncQueue is already working")
         self._loop = asyncio.get_running_loop()
@@ -356,6 +401,28 @@ class AsyncQueue:
 
     def __repr__(self) -> str:
         return "AsyncQueue(%r, %r)" % (self.path, self.name)
+
+
+async def _uncancellable(cleanup: Awaitable[None]) -> None:
+    """Await `cleanup` to its end even if the awaiting task is cancelled meanwhile (again: a
+    wait_for timeout, then a shutdown), then pass the cancellation on: a cleanup cut short
+    would leave finished jobs running and the queue "already working"."""
+    task = asyncio.ensure_future(cleanup)
+    cancelled = False
+    while True:
+        try:
+            await asyncio.shield(task)
+            break
+        except asyncio.CancelledError:
+            if task.done():
+                raise
+            cancelled = True
+    if cancelled:
+        raise asyncio.CancelledError()
+
+
+def _is_async(handler: Any) -> bool:
+    return inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(getattr(handler, "__call__", None))
 
 
 def _running_loop() -> Optional[asyncio.AbstractEventLoop]:

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import os
 import sqlite3
-from typing import Any, Union
+import threading
+import weakref
+from typing import Any, Callable, Union
 
 from ._sql import _rows
 
@@ -46,10 +48,12 @@ def load(conn: Any) -> Any:
     return conn
 
 
-def open(path: Union[str, "os.PathLike[str]"], busy_timeout: float = 5.0) -> sqlite3.Connection:  # noqa: A001 (mirrors sqlite3.connect / builtins.open)
+def open(path: Union[str, "os.PathLike[str]"], busy_timeout: float = 5.0,  # noqa: A001 (mirrors sqlite3.connect / builtins.open)
+         check_same_thread: bool = True) -> sqlite3.Connection:
     """A sqlite3 connection the way a worker wants one: tinyq loaded, WAL,
     synchronous=FULL, a busy timeout, and autocommit (isolation_level=None)."""
-    conn = sqlite3.connect(path, isolation_level=None, timeout=busy_timeout)
+    conn = sqlite3.connect(path, isolation_level=None, timeout=busy_timeout,
+                           check_same_thread=check_same_thread)
     try:
         load(conn)
         _configure(conn, busy_timeout)
@@ -74,3 +78,82 @@ def _configure(conn, busy_timeout):
     _rows(conn, "PRAGMA busy_timeout=%d" % int(busy_timeout * 1000))
     _rows(conn, "PRAGMA journal_mode=WAL")
     _rows(conn, "PRAGMA synchronous=FULL")  # power-safe commits: docs/guarantees.md
+
+
+# -- connections a tinyq object owns, and fork() ---------------------------------------------
+# SQLite forbids carrying an open connection across fork(): the child's new connections to
+# the same file would share the inherited lock and shared-memory bookkeeping and read a
+# frozen view. So every connection a Queue or AsyncQueue opens for itself is closed before
+# a fork when idle (and reopened on its next use, in each process), and one that was busy
+# at the fork is refused in the child.
+
+
+class OwnedConnection:
+    """The connection a tinyq object opened for itself: opened on first use, closed when
+    its owner goes (no cycle keeps it), closed before fork() when idle, and refused in a
+    process other than the one that opened it."""
+
+    def __init__(self, opener: Callable[[], Any]):
+        self._opener = opener
+        self._conn: Any = None
+        self._pid = 0
+        self.lock = threading.RLock()   # held by each use, so a fork never closes it mid-call
+        _OWNED.add(self)
+
+    def get(self) -> Any:
+        with self.lock:
+            if self._conn is not None and self._pid != os.getpid():
+                raise RuntimeError(
+                    "tinyq: this connection was opened by process %d and was in use when it "
+                    "forked into process %d; SQLite connections must not cross fork(): open "
+                    "the Queue in the child, or fork while no transaction is open"
+                    % (self._pid, os.getpid()))
+            if self._conn is None:
+                self._conn = self._opener()
+                self._pid = os.getpid()
+            return self._conn
+
+    def close(self) -> None:
+        with self.lock:
+            conn, self._conn = self._conn, None
+            if conn is not None and self._pid == os.getpid():
+                conn.close()
+
+    def close_if_idle(self) -> None:
+        """Before a fork: close it unless a call or a transaction is using it."""
+        if not self.lock.acquire(blocking=False):
+            return
+        try:
+            conn = self._conn
+            if conn is not None and self._pid == os.getpid() and not _in_transaction(conn):
+                self.close()
+        finally:
+            self.lock.release()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+def _in_transaction(conn: Any) -> bool:
+    if _is_apsw(conn):
+        return not conn.getautocommit()
+    return conn.in_transaction
+
+
+_OWNED: "weakref.WeakSet[OwnedConnection]" = weakref.WeakSet()
+
+
+def _before_fork() -> None:
+    for owned in list(_OWNED):
+        owned.close_if_idle()
+
+
+os.register_at_fork(before=_before_fork)
+
+
+def owned_open(path: str, busy_timeout: float = 5.0) -> OwnedConnection:
+    """An OwnedConnection over tinyq.open(path): usable from whichever thread holds its lock."""
+    return OwnedConnection(lambda: open(path, busy_timeout, check_same_thread=False))

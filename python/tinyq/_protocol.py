@@ -13,7 +13,7 @@ import time
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from ._context import Outcome, RunBase, error_text, is_busy
-from ._sql import _ms, _one, _rows
+from ._sql import _ms, _one, _rows, transaction
 
 log = logging.getLogger("tinyq")
 
@@ -37,6 +37,11 @@ def worker_name(worker: Optional[str]) -> str:
 def lease_options(lease: Any) -> Optional[str]:
     """tq_claim's options for a lease given to work() (None: the queue's own lease)."""
     return None if lease is None else json.dumps({"lease": _ms(lease)})
+
+
+def lease_value(lease: Any) -> Any:
+    """tq_renew's lease argument for a lease given to work() (None: the queue's own)."""
+    return None if lease is None else _ms(lease)
 
 
 # -- claiming and settling ------------------------------------------------------------------
@@ -69,14 +74,37 @@ def settle_args(run: RunBase, outcome: str, value: Any) -> Tuple[str, tuple]:
 def settle_in(conn: Any, run: RunBase, outcome: str, value: Any) -> Any:
     """tq_settle inside the caller's transaction. A settle the extension refuses (a bad
     delay, say) is recorded as an error instead, so the job does not sit until its lease
-    ends. Busy errors go up: the transaction is retried as a whole."""
+    ends; but a done job stays done, its result dropped (a result over the size limit).
+    Busy errors go up: the transaction is retried as a whole."""
     sql, args = settle_args(run, outcome, value)
     try:
         return _one(conn, sql, *args)
     except Exception as exc:
         if is_busy(exc) or outcome == "error":
             raise
+        if outcome == "done" and value is not None:
+            return settle_in(conn, run, "done", dropped_result(run, error_text(exc)))
         return settle_in(conn, run, "error", error_text(exc))
+
+
+def result_outcome(run: RunBase, result: Any) -> Tuple[str, Any]:
+    """What a handler's return settles: done, with its result as stored text (JSON, and
+    strict JSON: no NaN). A result that cannot be stored (a set, bytes, NaN...) drops the
+    result, not the job: the handler's work is done and must not run again."""
+    if result is None:
+        return "done", None
+    if isinstance(result, str):
+        return "done", result
+    try:
+        return "done", json.dumps(result, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        return "done", dropped_result(run, error_text(exc))
+
+
+def dropped_result(run: RunBase, reason: str) -> str:
+    """The result a done job keeps when its own could not be stored: why, logged too."""
+    log.warning("tinyq: job %s finished, but its result could not be stored (%s): dropped", run.id, reason)
+    return json.dumps({"result_dropped": reason})
 
 
 def settle_and_claim(conn: Any, claim: str, settles: List[Tuple[RunBase, str, Any]],
@@ -87,7 +115,7 @@ def settle_and_claim(conn: Any, claim: str, settles: List[Tuple[RunBase, str, An
     def body() -> List[Dict[str, Any]]:
         for run, outcome, value in settles:
             settle_in(conn, run, outcome, value)
-        return [] if args is None else [dict(zip(COLUMNS + ("meta",), row)) for row in _rows(conn, claim, *args)]
+        return [] if args is None else claim_in(conn, claim, args)
 
     for attempt in range(tries):
         try:
@@ -100,26 +128,33 @@ def settle_and_claim(conn: Any, claim: str, settles: List[Tuple[RunBase, str, An
     return []
 
 
+MAX_CLAIM = 1000   # tq_claim's n is 1 to 1000: a larger want is claimed in parts
+
+
+def claim_in(conn: Any, claim: str, args: tuple) -> List[Dict[str, Any]]:
+    """claim_sql's statement for claim_args' `want` jobs, in parts of MAX_CLAIM at most (a
+    pool of 200 threads asks for up to 1,600 at once), until one part comes back short."""
+    queue, worker, want, *rest = args
+    jobs: List[Dict[str, Any]] = []
+    while want > 0:
+        n = min(want, MAX_CLAIM)
+        part = [dict(zip(COLUMNS + ("meta",), row)) for row in _rows(conn, claim, queue, worker, n, *rest)]
+        jobs += part
+        want -= n
+        if len(part) < n:
+            break
+    return jobs
+
+
 def outcome_of_exception(exc: BaseException, errors: str) -> Tuple[Optional[str], Any]:
-    """What a handler's exception settles: its Outcome, else an error with its text."""
+    """What a handler's exception settles: its Outcome, else an error with its text. A
+    KeyboardInterrupt or SystemExit (sys.exit) is no job's error: it goes up, work() stops
+    and raises it, and the interrupted job runs again once its lease has run out."""
+    if isinstance(exc, (KeyboardInterrupt, SystemExit)):
+        raise exc
     if isinstance(exc, Outcome):
         return exc.outcome, exc.value
     return "error", error_text(exc, errors)
-
-
-def transaction(conn: Any, body: Callable[[], Any]) -> Any:
-    """body() inside BEGIN IMMEDIATE ... COMMIT (rolled back if it raises)."""
-    _rows(conn, "BEGIN IMMEDIATE")
-    try:
-        result = body()
-        _rows(conn, "COMMIT")
-        return result
-    except BaseException:
-        try:
-            _rows(conn, "ROLLBACK")
-        except Exception:
-            pass
-        raise
 
 
 # -- a run's own writes: steps and progress -------------------------------------------------
@@ -133,8 +168,9 @@ PROGRESS = "SELECT tq_progress(?, ?, ?)"
 
 
 def schedule_renewal(run: RunBase) -> float:
-    """Sets how often `run` is renewed (half its lease, 50 ms at least) and returns the
-    monotonic time of its first renewal."""
+    """Sets how often `run` is renewed (half what is left of its lease, 50 ms at least) and
+    returns the monotonic time of its next renewal. Called at the claim and after each
+    renewal: the pace follows the lease the store answered, not the first one."""
     run._renew_every = max(run.lease_until - time.time() * 1000, 100) / 2000.0
     return time.monotonic() + run._renew_every
 
@@ -142,7 +178,6 @@ def schedule_renewal(run: RunBase) -> float:
 def renewed(due: Dict[Any, float], runs: List[RunBase], leases: List[Any]) -> None:
     """After renew_all: each run's new lease and next renewal in `due` (run -> monotonic
     time); a NULL lease (cancelled, timed out, or taken by a later attempt) cancels the run."""
-    now = time.monotonic()
     for run, lease_until in zip(runs, leases):
         if lease_until is None:
             run.cancelled = True
@@ -150,7 +185,7 @@ def renewed(due: Dict[Any, float], runs: List[RunBase], leases: List[Any]) -> No
         else:
             run.lease_until = lease_until
             if run in due:
-                due[run] = now + run._renew_every
+                due[run] = schedule_renewal(run)
 
 
 def renew_soon(due: Dict[Any, float], runs: List[RunBase], seconds: float) -> None:
@@ -161,12 +196,16 @@ def renew_soon(due: Dict[Any, float], runs: List[RunBase], seconds: float) -> No
             due[run] = soon
 
 
-RENEW_ALL = "SELECT tq_renew(json_extract(value, '$[0]'), json_extract(value, '$[1]')) FROM json_each(?)"
+# The third argument is work()'s lease (NULL: the queue's): a renewal extends by the same
+# lease as the claim, or a worker's longer lease would shrink to the queue's at its first one.
+RENEW_ALL = ("SELECT tq_renew(json_extract(value, '$[0]'), json_extract(value, '$[1]'), ?) "
+             "FROM json_each(?)")
 
 
-def renew_all(conn: Any, pairs: str) -> List[Any]:
-    """tq_renew of every [id, attempt] in `pairs` (JSON), in one statement of one transaction."""
-    return [row[0] for row in transaction(conn, lambda: _rows(conn, RENEW_ALL, pairs))]
+def renew_all(conn: Any, pairs: str, lease: Any = None) -> List[Any]:
+    """tq_renew of every [id, attempt] in `pairs` (JSON) by `lease` (work()'s, None: the
+    queue's), in one statement of one transaction."""
+    return [row[0] for row in transaction(conn, lambda: _rows(conn, RENEW_ALL, lease, pairs))]
 
 
 def lease_pairs(runs: List[RunBase]) -> str:
@@ -176,7 +215,7 @@ def lease_pairs(runs: List[RunBase]) -> str:
 
 # -- waiting for work -----------------------------------------------------------------------
 
-WAIT_SLICE_MS = 90   # tq_wait polls every 1 ms for its first 100 ms, every 3 ms after
+WAIT_SLICE_MS = 250  # how often the waiter looks at stop(); tq_wait sleeps until the store is written
 WAITER_JOIN_S = 2.0  # the longest a stopping worker waits for its tq_wait thread to end
 
 
@@ -212,17 +251,23 @@ def wait_for_work(conn: Any, queue: str, poll: float, stopped: Callable[[], bool
 def stop_on_signals(stop: Callable[[], None], loop: Any = None) -> Callable[[], None]:
     """In the main thread, SIGTERM and SIGINT call stop(). Without `loop` (threads) the
     first signal also puts the previous handlers back, so a second one acts as before;
-    with an asyncio `loop`, the signals go through the loop and each one calls stop().
-    Returns the function that puts the previous handlers back."""
+    with an asyncio `loop`, the signals go through the loop and each one calls stop(),
+    then the loop's own handler for it if the app had one (aiohttp's run_app has), which
+    is put back afterwards. Returns the function that puts the previous handlers back."""
     if threading.current_thread() is not threading.main_thread():
         return lambda: None
     previous: Dict[int, Any] = {}
+    app_handlers: Dict[int, Any] = {}
 
     def restore() -> None:
         while previous:
             sig, old = previous.popitem()
             if loop is not None:
                 loop.remove_signal_handler(sig)
+                app = app_handlers.pop(sig, None)
+                if app is not None:
+                    loop.add_signal_handler(sig, app._callback, *app._args)
+                    continue
             signal.signal(sig, old if old is not None else signal.SIG_DFL)
 
     def on_signal(signum: int, frame: Any = None) -> None:
@@ -230,15 +275,21 @@ def stop_on_signals(stop: Callable[[], None], loop: Any = None) -> Callable[[], 
         stop()
         if loop is None:
             restore()
+        elif signum in app_handlers:
+            app_handlers[signum]._run()
 
     for sig in (signal.SIGTERM, signal.SIGINT):
         old = signal.getsignal(sig)
         if loop is None:
             signal.signal(sig, on_signal)
         else:
+            # asyncio has no public getter for a loop's signal handler: _signal_handlers
+            app = getattr(loop, "_signal_handlers", {}).get(sig)
             try:
                 loop.add_signal_handler(sig, on_signal, sig)
             except (NotImplementedError, RuntimeError, ValueError):
                 continue
+            if app is not None:
+                app_handlers[sig] = app
         previous[sig] = old
     return restore

@@ -5,9 +5,10 @@ from __future__ import annotations
 import json
 import os
 import threading
-from typing import Any, Callable, Dict, List, Optional, Union
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Union
 
-from ._connection import _open_like, open
+from ._adds import add_many, add_options
+from ._connection import _open_like, owned_open
 from ._schedules import Schedules
 from ._sql import _encode, _one, _options, _rows
 from ._worker import Run, work_loop
@@ -18,35 +19,66 @@ class Queue(Schedules):
 
     `conn_or_path` is a path (the Queue opens its own connection with `tinyq.open`) or a
     connection of yours with tinyq loaded. The methods other than `work` run on that
-    connection, in whatever transaction it is in: they never begin or commit. `work` opens
+    connection, in whatever transaction it is in: they never commit yours (`add_many` makes
+    its adds one transaction: its own in autocommit, a savepoint inside yours). `work` opens
     a connection per thread to the same file.
+
+    A connection the Queue opened itself is closed with it (close(), or when the Queue goes),
+    closed before a fork() while idle and reopened in each process on its next use
+    (README, "Prefork servers").
     """
 
     def __init__(self, conn_or_path: Any, name: str):
         self.name = name
         if isinstance(conn_or_path, (str, bytes, os.PathLike)):
             self.path = os.fspath(conn_or_path)
-            self.conn = open(self.path)
-            self._owns_conn = True
+            self._owned = owned_open(self.path)
+            self._owned.get()              # a bad path fails here, not at the first call
+            self._conn = None
         else:
             self.path = None
-            self.conn = conn_or_path
-            self._owns_conn = False
+            self._owned = None
+            self._conn = conn_or_path
         self._stopping = threading.Event()
+        self._working = threading.Lock()   # held while work() runs: one work() per Queue
+
+    @property
+    def conn(self) -> Any:
+        """The connection the methods other than work() run on."""
+        return self._conn if self._owned is None else self._owned.get()
 
     # -- jobs -------------------------------------------------------------------------
 
     def add(self, payload: Any, id: Optional[str] = None, delay: Any = None, at: Any = None,
             group: Optional[str] = None, priority: Optional[int] = None,
-            attempts: Optional[int] = None, meta: Optional[Dict[str, Any]] = None) -> str:
+            attempts: Optional[int] = None, meta: Optional[Dict[str, Any]] = None,
+            expires: Any = None, on_conflict: Optional[str] = None, max_wait: Any = None) -> str:
         """Add a job; returns its id. A dict/list payload is stored as JSON text. `meta` (a
         dict: a correlation id, a tenant...) is kept beside the payload; handlers see it as
-        run.meta (it needs a store of schema 3 or later)."""
-        opts = _options(id=id, delay=delay, at=at, group=group, priority=priority,
-                        attempts=attempts, meta=meta)
+        run.meta (it needs a store of schema 3 or later). `expires`: a job not started by then
+        never starts and fails with the error 'expired' (a datetime, ms since the epoch,
+        ISO-8601 text, or a duration from now: a timedelta or text like '15m').
+        `on_conflict` when the id is present: 'keep' (the default: nothing), 'replace' (a job
+        not started yet takes this add's payload and options) or 'debounce' (as replace,
+        and its time becomes now + `delay`, never later than `max_wait` after the first add).
+        Schema 6 for these three (docs/reference.md, tq_add)."""
+        opts = add_options(id=id, delay=delay, at=at, group=group, priority=priority, attempts=attempts,
+                           meta=meta, expires=expires, on_conflict=on_conflict, max_wait=max_wait)
         if opts is None:
             return _one(self.conn, "SELECT tq_add(?, ?)", self.name, _encode(payload))
         return _one(self.conn, "SELECT tq_add(?, ?, ?)", self.name, _encode(payload), opts)
+
+    def add_many(self, payloads: Iterable[Any], ids: Optional[Sequence[str]] = None, delay: Any = None,
+                 at: Any = None, group: Optional[str] = None, priority: Optional[int] = None,
+                 attempts: Optional[int] = None, meta: Optional[Dict[str, Any]] = None,
+                 expires: Any = None, on_conflict: Optional[str] = None, max_wait: Any = None) -> List[str]:
+        """Add one job per payload, with the same options (as add's), in one transaction and
+        one statement; returns their ids in order. `ids`, when given, is each job's own id
+        (as many as payloads). All or nothing: an add that fails rolls the others back. On a
+        connection in autocommit it is its own transaction; inside yours, a savepoint."""
+        opts = add_options(delay=delay, at=at, group=group, priority=priority, attempts=attempts,
+                           meta=meta, expires=expires, on_conflict=on_conflict, max_wait=max_wait)
+        return add_many(self.conn, self.name, payloads, ids, opts)
 
     def get(self, id: str) -> Optional[Dict[str, Any]]:
         """The job as a dict (tq_get), or None when there is no such job."""
@@ -99,17 +131,22 @@ class Queue(Schedules):
         claimed.
         """
         path = self.path or self._database_path()
-        return work_loop(self, handler, lambda: _open_like(self.conn, path),
-                         concurrency=concurrency, worker=worker, poll=poll, lease=lease,
-                         errors=errors, prefetch=prefetch)
+        if not self._working.acquire(blocking=False):
+            raise RuntimeError("this Queue is already working")   # as AsyncQueue and Node
+        try:
+            return work_loop(self, handler, lambda: _open_like(self.conn, path),
+                             concurrency=concurrency, worker=worker, poll=poll, lease=lease,
+                             errors=errors, prefetch=prefetch)
+        finally:
+            self._working.release()
 
     def stop(self) -> None:
         """Ask work() to claim nothing more and return once the work in flight is done."""
         self._stopping.set()
 
     def close(self) -> None:
-        if self._owns_conn:
-            self.conn.close()
+        if self._owned is not None:
+            self._owned.close()
 
     def __enter__(self) -> "Queue":
         return self

@@ -43,3 +43,35 @@ def _options(**kw):
     """A JSON options object of the given keys that are not None, or None if there are none."""
     opts = {k: _ms(v) for k, v in kw.items() if v is not None}
     return json.dumps(opts) if opts else None
+
+
+def transaction(conn, body):
+    """body() inside BEGIN IMMEDIATE ... COMMIT (rolled back if it raises)."""
+    _rows(conn, "BEGIN IMMEDIATE")
+    try:
+        result = body()
+        _rows(conn, "COMMIT")
+        return result
+    except BaseException:
+        try:
+            _rows(conn, "ROLLBACK")
+        except Exception:
+            pass
+        raise
+
+
+def atomic(conn, body):
+    """body() as one transaction: its own (transaction()) in autocommit, else a savepoint
+    inside the caller's, rolled back to if it raises (the caller's transaction goes on)."""
+    in_tx = not conn.getautocommit() if hasattr(conn, "getautocommit") else conn.in_transaction  # apsw, sqlite3
+    if not in_tx:
+        return transaction(conn, body)
+    _rows(conn, "SAVEPOINT tinyq")
+    try:
+        result = body()
+    except BaseException:
+        _rows(conn, "ROLLBACK TO tinyq")
+        _rows(conn, "RELEASE tinyq")
+        raise
+    _rows(conn, "RELEASE tinyq")
+    return result

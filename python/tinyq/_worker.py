@@ -13,8 +13,8 @@ from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
 
 from ._context import Outcome, Cancelled, RunBase, current_run
 from ._protocol import (PROGRESS, STEP_GET, STEP_PUT, WAITER_JOIN_S, check_work_args, claim_args,
-                        claim_sql, lease_options, lease_pairs, outcome_of_exception, renew_all,
-                        renew_soon, renewed, schedule_renewal, settle_and_claim, stop_on_signals,
+                        claim_sql, lease_options, lease_pairs, lease_value, outcome_of_exception, renew_all,
+                        renew_soon, renewed, result_outcome, schedule_renewal, settle_and_claim, stop_on_signals,
                         wait_for_work, worker_name)
 from ._sql import _decode, _encode, _one
 
@@ -65,9 +65,9 @@ def outcome_of(handler: Callable[..., Any], payload: Any, run: RunBase,
     """Run the handler; what to settle: (outcome, value), outcome None for nothing."""
     try:
         result = handler(payload, run)
-        return "done", (None if result is None else _encode(result))
     except BaseException as exc:
         return outcome_of_exception(exc, errors)
+    return result_outcome(run, result)
 
 
 class _Heartbeat(threading.Thread):
@@ -76,9 +76,12 @@ class _Heartbeat(threading.Thread):
     marks its run cancelled."""
 
     def __init__(self, connect: Callable[[], Any], write_lock: threading.Lock,
-                 flush: Optional[Callable[[Any], None]] = None, flush_every: float = 0.02):
+                 flush: Optional[Callable[[Any], None]] = None, flush_every: float = 0.02,
+                 lease: Any = None, fail: Callable[[BaseException], None] = lambda exc: None):
         super().__init__(name="tinyq-heartbeat", daemon=True)
         self._connect = connect
+        self._fail = fail             # a heartbeat that cannot run ends work(): leases would run out
+        self._lease = lease
         self._flush, self._flush_every = flush, flush_every
         self._write_lock = write_lock
         self._runs: Dict[RunBase, float] = {}    # run -> monotonic time of its next renewal
@@ -120,7 +123,11 @@ class _Heartbeat(threading.Thread):
         return None
 
     def run(self) -> None:
-        conn = self._connect()
+        try:
+            conn = self._connect()
+        except BaseException as exc:
+            self._fail(exc)
+            return
         try:
             while True:
                 runs = self._due()
@@ -133,6 +140,8 @@ class _Heartbeat(threading.Thread):
                         self._flush(conn)
                     except Exception as exc:   # the next claim settles them instead
                         log.warning("tinyq: settling finished jobs failed: %s", exc)
+        except BaseException as exc:
+            self._fail(exc)
         finally:
             conn.close()
 
@@ -140,7 +149,7 @@ class _Heartbeat(threading.Thread):
         pairs = lease_pairs(runs)
         try:
             with self._write_lock:
-                leases = renew_all(conn, pairs)
+                leases = renew_all(conn, pairs, self._lease)
         except Exception as exc:  # busy, most likely: try again soon
             log.warning("tinyq: renewing %d leases failed: %s", len(runs), exc)
             with self._cond:
@@ -207,7 +216,7 @@ class _Pool:
         self.pending: List[_Request] = []      # settles and claims asked for, not served yet
         self.ahead: Deque[Run] = collections.deque()   # claimed ahead, not started (prefetch)
         self.unsettled: List[Tuple[Run, str, Any, float]] = []   # finished, to settle
-        self.heartbeat = _Heartbeat(connect, self.write_lock, self.flush)
+        self.heartbeat = _Heartbeat(connect, self.write_lock, self.flush, lease=lease_value(lease), fail=self.fail)
         self.wake = threading.Condition()      # idle threads wait here for the waiter
         self.idle = 0
         self.generation = 0                    # bumped each time the waiter wakes
@@ -365,7 +374,11 @@ class _Pool:
     def waiter_main(self) -> None:
         if self.stopping.is_set():
             return  # stopped before this thread ran: open nothing
-        conn = self.connect()
+        try:
+            conn = self.connect()
+        except BaseException as exc:   # work() raises it, rather than never waking
+            self.fail(exc)
+            return
         try:
             while not self.stopping.is_set():
                 with self.wake:

@@ -12,8 +12,13 @@
     tinyq dashboard DB [--port N] [--host H]   a web page on http://127.0.0.1:8321/
 
 Exit status: 0 done; 1 the job exists but the action does not apply to it (retrying a job
-that has not failed) or SQLite failed (busy...); 2 bad usage, no such file, no tinyq store
-in it, unknown job id or queue. An error is one line on stderr.
+that has not failed) or SQLite failed (busy...); 2 bad usage (an argument tinyq refuses, such
+as an --after that is no job's id), no such file, no tinyq store in it, unknown job id or
+queue, a change asked of a read-only file. An error is one line on stderr; ids, queues and
+messages in human output show control characters as escapes (\x1b, \r, \u202e).
+
+A read-only file is opened read-only (mode=ro); if its directory is read-only too and it has
+no -wal file, as immutable (SQLite then reads the file alone, and does not see later changes).
 
 Nothing here creates a database file or a tinyq store, or changes the database's settings
 (the journal mode stays as the application set it).
@@ -27,7 +32,7 @@ import sys
 import time
 
 from . import views
-from .views import STATES, Failure, connect, one, rows
+from .views import SQLITE_READONLY, STATES, Failure, code, connect, one, refused, rows
 
 
 def get_job(conn, args):
@@ -37,14 +42,36 @@ def get_job(conn, args):
     return json.loads(text)
 
 
-def require_queue(conn, args):
+def require_queue(conn, args, shown=10):
     if one(conn, "SELECT 1 FROM tq_stats(?)", args.queue) is None:
-        names = [r[0] for r in conn.execute("SELECT queue FROM tq_stats")]
-        raise Failure("no queue %r in %s (queues: %s)"
-                      % (args.queue, args.db, ", ".join(names) or "none"))
+        names = [r[0] for r in conn.execute("SELECT queue FROM tq_stats LIMIT ?", (shown + 1,))]
+        listed = ", ".join(names[:shown]) + (", ..." if len(names) > shown else "")
+        raise Failure("no queue %r in %s (queues: %s)" % (args.queue, args.db, listed or "none"))
 
 
 # -- formatting ---------------------------------------------------------------------------
+
+# What human output shows as escapes: C0 controls, DEL and C1 controls (ESC starts the
+# sequences that move the cursor or retitle the terminal, CR and backspace overwrite what is
+# shown), line and paragraph separators, and the bidi controls that reorder the rest of a
+# line. --json output stays exact: json.dumps escapes all of them but DEL (which terminals
+# ignore).
+UNSAFE = [*range(0x20), *range(0x7f, 0xa0), 0x61c, 0x200e, 0x200f, *range(0x202a, 0x202f),
+          *range(0x2066, 0x206a), 0x2028, 0x2029]
+ESCAPES = {c: {0x9: "\\t", 0xa: "\\n", 0xd: "\\r"}.get(c, ("\\x%02x" if c < 0x100 else "\\u%04x") % c)
+           for c in UNSAFE}
+
+
+def printable(text, keep=""):
+    """`text` with its control characters written as escapes (\\x1b, \\r, \\u202e), except
+    those in `keep`: an id, a queue name or an error message is shown, never obeyed."""
+    return str(text).translate({c: e for c, e in ESCAPES.items() if chr(c) not in keep} if keep else ESCAPES)
+
+
+def say(*values, file=None, flush=False):
+    """print, with control characters escaped."""
+    print(printable(" ".join(str(v) for v in values)), file=file, flush=flush)
+
 
 def when(ms, with_ms=False):
     """ms since the epoch as UTC: 2026-11-29 12:00:00Z."""
@@ -76,10 +103,10 @@ def oneline(value, width=None):
 
 
 def table(header, body):
-    cells = [header] + [[str(v) for v in row] for row in body]
+    cells = [header] + [[printable(v) for v in row] for row in body]
     widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
     for row in cells:
-        print("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip())
+        say("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip())
 
 
 def as_json(cols, body):
@@ -98,7 +125,7 @@ def cmd_stats(conn, args):
     if args.json:
         return as_json(cols, body)
     if not body:
-        print("no queues")
+        say("no queues")
         return
     table(["queue", "scheduled", "waiting", "running", "leases", "done", "failed",
            "oldest waiting", "started in window", "paused"],
@@ -134,9 +161,9 @@ def cmd_jobs(conn, args):
                 when(r[c["run_at"]]), r[c["worker"]] or "", oneline(r[c["error"]], 70))
                for r in body])
     else:
-        print("no jobs")
+        say("no jobs")
     if more:
-        print(more, file=sys.stderr)
+        say(more, file=sys.stderr)
 
 
 def cmd_get(conn, args):
@@ -148,13 +175,13 @@ def cmd_get(conn, args):
         return
     job = story["job"]
     if job is None:         # gone (cancelled): only its events are kept
-        print("%s  %s  (gone: only its events are kept)" % (args.id, story["timeline"][-1]["state"]))
+        say("%s  %s  (gone: only its events are kept)" % (args.id, story["timeline"][-1]["state"]))
     else:
-        print("%s  %s  queue %s" % (job["id"], job["state"], job["queue"]))
+        say("%s  %s  queue %s" % (job["id"], job["state"], job["queue"]))
         print_job(job, story["steps"])
-    print("timeline:")
+    say("timeline:")
     for e in story["timeline"]:
-        print(("  %s  %6d  %-9s  attempt %d  %s  %s" % (
+        say(("  %s  %6d  %-9s  attempt %d  %s  %s" % (
             when(e["at"], True), e["seq"], e["state"], e["attempt"], e["worker"] or "-",
             "" if e["state"] == "running" else oneline(e["detail"], 120))).rstrip())
 
@@ -168,14 +195,14 @@ def print_job(job, steps):
              ("settled", when(job["settled_at"], True))]
     for name, value in facts:
         if value is not None and value != "":
-            print("  %-12s %s" % (name, value))
+            say("  %-12s %s" % (name, value))
     for name in ("payload", "meta", "result", "error", "progress"):
         if job.get(name) is not None:
             value = job[name] if isinstance(job[name], str) else json.dumps(job[name])
-            print("  %-12s %s" % (name, oneline(value, 200)))
-    print("steps:" if steps else "steps: none kept")
+            say("  %-12s %s" % (name, oneline(value, 200)))
+    say("steps:" if steps else "steps: none kept")
     for step in steps:
-        print("  %s  attempt %d  %s  %s" % (when(step["created_at"], True), step["attempt"], step["name"],
+        say("  %s  attempt %d  %s  %s" % (when(step["created_at"], True), step["attempt"], step["name"],
                                            oneline(step["value"], 120)))
 
 
@@ -188,7 +215,7 @@ def cmd_schedules(conn, args):
             print(json.dumps(s))
         return
     if not found:
-        print("no schedules")
+        say("no schedules")
         return
     table(["name", "queue", "when", "tz", "next", "last job", "paused"],
           [(s["name"], s["queue"], s["when"], s["tz"], when(s["next_at"]), s["last_id"] or "",
@@ -201,7 +228,7 @@ def cmd_watch(conn, args):
     else:   # start before the last n events
         where, params = (" WHERE of_queue = ?", [args.queue]) if args.queue else ("", [])
         since = one(conn, "SELECT seq FROM tq_watch%s ORDER BY seq DESC LIMIT 1 OFFSET ?"
-                    % where, *params, max(args.n, 0)) or 0
+                    % where, *params, args.n) or 0
     cols = "seq, id, queue, state, attempt, at, detail"
     sql = "SELECT %s FROM tq_watch(?, ?)" % cols if args.queue else \
         "SELECT %s FROM tq_watch(?)" % cols
@@ -212,7 +239,7 @@ def cmd_watch(conn, args):
                 if args.json:
                     print(json.dumps(dict(zip(cols.split(", "), event))), flush=True)
                 else:
-                    print(("%s  %6d  %s  %s  %-9s  attempt %d  %s" % (
+                    say(("%s  %6d  %s  %s  %-9s  attempt %d  %s" % (
                         when(at, with_ms=True), seq, queue, id, state, attempt,
                         oneline(detail))).rstrip(), flush=True)
                 since = seq
@@ -224,7 +251,7 @@ def cmd_watch(conn, args):
 def cmd_retry(conn, args):
     job = get_job(conn, args)
     if one(conn, "SELECT tq_retry(?)", args.id):
-        print("%s: waiting again, with a fresh attempt budget" % args.id)
+        say("%s: waiting again, with a fresh attempt budget" % args.id)
     else:
         raise Failure("job %r is %s, not failed: nothing to retry" % (args.id, job["state"]), 1)
 
@@ -232,7 +259,7 @@ def cmd_retry(conn, args):
 def cmd_cancel(conn, args):
     job = get_job(conn, args)
     if one(conn, "SELECT tq_cancel(?)", args.id):
-        print("%s: cancelled (it was %s)" % (args.id, job["state"]))
+        say("%s: cancelled (it was %s)" % (args.id, job["state"]))
     else:
         raise Failure("job %r is %s: only scheduled, waiting or running jobs can be cancelled"
                       % (args.id, job["state"]), 1)
@@ -242,7 +269,7 @@ def set_paused(paused):
     def cmd(conn, args):
         require_queue(conn, args)
         one(conn, "SELECT tq_queue(?, ?)", args.queue, json.dumps({"paused": paused}))
-        print("%s: %s" % (args.queue, "paused: its jobs are not claimed" if paused else
+        say("%s: %s" % (args.queue, "paused: its jobs are not claimed" if paused else
                           "resumed: its jobs are claimed again"))
     return cmd
 
@@ -250,7 +277,7 @@ def set_paused(paused):
 def cmd_sweep(conn, args):
     n = one(conn, "SELECT tq_sweep(?)", args.limit) if args.limit else \
         one(conn, "SELECT tq_sweep()")
-    print("rows removed: %d" % n)
+    say("rows removed: %d" % n)
 
 
 def cmd_dashboard(conn, args):
@@ -261,8 +288,32 @@ def cmd_dashboard(conn, args):
 
 # -- arguments ----------------------------------------------------------------------------
 
+def count(least, most=2**63 - 1):
+    """An argparse type: a whole number from `least` to `most` (what SQLite's integers hold)."""
+    def parse(text):
+        try:
+            n = int(text)
+        except ValueError:
+            n = None
+        if n is None or not least <= n <= most:
+            raise argparse.ArgumentTypeError("%r is not a whole number from %d to %d" % (text, least, most))
+        return n
+    return parse
+
+
+class Parser(argparse.ArgumentParser):
+    """Help with control characters escaped (it quotes what was typed); a usage error is one
+    line, as every error of this command."""
+
+    def _print_message(self, message, file=None):
+        super()._print_message(printable(message, keep="\n"), file)
+
+    def error(self, message):
+        self.exit(2, "tinyq: %s (%s -h shows the usage)\n" % (printable(message), self.prog))
+
+
 def parser():
-    p = argparse.ArgumentParser(prog="tinyq", description="Look at a tinyq store and act on "
+    p = Parser(prog="tinyq", description="Look at a tinyq store and act on "
                                 "its jobs and queues.", epilog="Exit status: 0 done, 1 the "
                                 "action does not apply, 2 bad usage or not found.")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", required=True)
@@ -284,7 +335,7 @@ def parser():
     c.add_argument("--prefix", help="only jobs whose id starts with this, in id order")
     c.add_argument("--after", metavar="ID", help="the next page: after this job (with --queue and "
                    "--state: in that list's order, see tq_jobs)")
-    c.add_argument("--limit", type=int, default=100, help="at most N jobs (default 100; 0: all)")
+    c.add_argument("--limit", type=count(0), default=100, help="at most N jobs (default 100; 0: all)")
     c.add_argument("--json", action="store_true", help="one JSON object per line, every column")
     c = command("get", cmd_get, "one job's story: its fields and values, steps and timeline")
     c.add_argument("id", metavar="ID")
@@ -294,8 +345,8 @@ def parser():
     c = command("watch", cmd_watch, "print state changes as they happen (Ctrl-C stops)")
     c.add_argument("--queue", help="only this queue")
     c.add_argument("--json", action="store_true", help="one JSON object per line")
-    c.add_argument("-n", type=int, default=10, help="start with the last N events (default 10)")
-    c.add_argument("--since", type=int, metavar="SEQ", help="start after this seq instead")
+    c.add_argument("-n", type=count(0), default=10, help="start with the last N events (default 10)")
+    c.add_argument("--since", type=count(0), metavar="SEQ", help="start after this seq instead")
     c.add_argument("--interval", type=float, default=0.2, help=argparse.SUPPRESS)
     c = command("retry", cmd_retry, "a failed job waits again, with a fresh attempt budget")
     c.add_argument("id", metavar="ID")
@@ -306,7 +357,7 @@ def parser():
     c = command("resume", set_paused(False), "claim a paused queue's jobs again")
     c.add_argument("queue", metavar="QUEUE")
     c = command("sweep", cmd_sweep, "remove rows past their retention windows (tq_sweep)")
-    c.add_argument("--limit", type=int, help="at most N rows")
+    c.add_argument("--limit", type=count(1), help="at most N rows (1 or more)")
     c = command("dashboard", cmd_dashboard, "serve a live dashboard on 127.0.0.1")
     c.add_argument("--port", type=int, default=8321, help="default 8321; 0 picks a free one")
     c.add_argument("--host", default="127.0.0.1", help="default 127.0.0.1 (this machine only)")
@@ -322,14 +373,16 @@ def main(argv=None):
         finally:
             conn.close()
     except Failure as err:
-        print("tinyq: %s" % err, file=sys.stderr)
+        say("tinyq: %s" % err, file=sys.stderr)
         return err.status
     except (sqlite3.Error, OSError) as err:
         if isinstance(err, BrokenPipeError):      # `tinyq jobs DB | head`
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
             return 0
-        print("tinyq: %s" % oneline(err), file=sys.stderr)
-        return 1
+        read_only = isinstance(err, sqlite3.Error) and code(err) == SQLITE_READONLY
+        say("tinyq: %s%s" % (oneline(err), " (%s is read-only)" % args.db if read_only else ""),
+            file=sys.stderr)
+        return 2 if read_only or isinstance(err, sqlite3.Error) and refused(err) else 1
     except KeyboardInterrupt:
         return 130
 

@@ -17,8 +17,13 @@ through tinyq's own functions (tq_cancel, tq_retry, tq_queue).
     POST /api/schedule {"name": N, "paused": bool}     -> {"schedule": ...}
 
 Every request must name this server as its Host, and a browser's must come from its own
-page (Origin); POSTs take JSON only. It listens on 127.0.0.1 unless told otherwise.
+page (Origin); POSTs take JSON only (an object of at most 1 MB). It listens on 127.0.0.1
+unless told otherwise. Errors are {"error": message}: 400 for a bad request (an argument
+tinyq refuses, such as an empty or too long id), 404 for no such job, queue or schedule,
+413 for a body too large, 503 when the store is busy (try again), 500 for any other SQLite
+error. A client that leaves a request unfinished for 10 s is disconnected.
 """
+import contextlib
 import http.server
 import json
 import os
@@ -35,6 +40,9 @@ LIST_LIMIT = 10                 # running and failed jobs on the front page
 PAGE_LIMIT = 50                 # jobs per page of a list (at most 500)
 LIMITS = ("concurrency", "rate", "group_concurrency", "group_rate", "attempts", "lease", "timeout")
 RETRY_BATCH = 500               # failed jobs retried per transaction by "retry all"
+MAX_BODY = 1 << 20              # bytes of a POST's JSON (413 beyond)
+SOCKET_TIMEOUT = 10             # seconds a client may leave a request unfinished
+MAX_SEQ = 2**63 - 1
 
 with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "dashboard.html"),
           "rb") as _f:
@@ -125,19 +133,14 @@ class Store:
         if state is not None and state not in views.STATES:
             raise BadRequest("state must be one of %s" % ", ".join(views.STATES))
         with self.lock:
-            try:
-                page = views.page(self.conn, arg("queue"), state, arg("group"), arg("prefix"), arg("after"), limit)
-            except sqlite3.OperationalError as err:
-                if str(err).startswith("tq_jobs:"):     # an `after` that is no job's id, ...
-                    raise BadRequest(str(err))
-                raise
+            page = views.page(self.conn, arg("queue"), state, arg("group"), arg("prefix"), arg("after"), limit)
             return dict(page, now=one(self.conn, "SELECT tq_now()"))
 
     def job(self, job_id, since="0"):
         """The job's story; its page asks for the events after the last one it has, so that
         only the first look reads the whole event log."""
-        if not since.isdigit():
-            raise BadRequest("since must be a seq")
+        if not (since.isascii() and since.isdigit() and int(since) <= MAX_SEQ):
+            raise BadRequest("since must be a seq (0 to %d), not %r" % (MAX_SEQ, since))
         with self.lock:
             story = views.job_story(self.conn, job_id, int(since))
             if story is None:
@@ -166,24 +169,27 @@ class Store:
                 ids = [j["id"] for j in views.page(self.conn, queue, "failed", limit=RETRY_BATCH)["jobs"]]
                 if not ids:
                     return retried
-                self.conn.execute("BEGIN IMMEDIATE")
-                try:
+                with self._transaction():
                     done = sum(one(self.conn, "SELECT tq_retry(?)", i) for i in ids)
-                    self.conn.execute("COMMIT")
-                except BaseException:
-                    self.conn.execute("ROLLBACK")
-                    raise
             retried += done
             if not done:
                 return retried
 
+    @contextlib.contextmanager
+    def _transaction(self):
+        """A write transaction: what is read in it is what is written back."""
+        self.conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield
+            self.conn.execute("COMMIT")
+        except BaseException:
+            self.conn.execute("ROLLBACK")
+            raise
+
     def set_queue(self, queue, settings):
         with self.lock:
             self._require_queue(queue)
-            try:
-                return {"settings": json.loads(one(self.conn, "SELECT tq_queue(?, ?)", queue, json.dumps(settings)))}
-            except sqlite3.OperationalError as err:   # tinyq's message names the bad setting
-                raise BadRequest(str(err))
+            return {"settings": json.loads(one(self.conn, "SELECT tq_queue(?, ?)", queue, json.dumps(settings)))}
 
     def pause(self, body):
         return self.set_queue(field(body, "queue", str), {"paused": field(body, "paused", bool)})
@@ -196,20 +202,28 @@ class Store:
         return self.set_queue(field(body, "queue", str), settings)
 
     def schedule(self, body):
-        """Pauses or resumes a schedule: tq_schedule again with its own definition
-        (tq_schedule_get) and `paused` changed. A resumed schedule waits for its next time."""
+        """Pauses or resumes a schedule: tq_schedule again with its own definition and
+        `paused` changed, in one transaction. The payload goes from the table straight back
+        into tq_schedule, as the SQL value stored, and the stored meta text is put into the
+        options as it is: tq_schedule_get's JSON is a view, and a view written back changes
+        them ('"hello"' would become hello, 42 '42', big numbers would round). A resumed
+        schedule waits for its next time."""
         name, paused = field(body, "name", str), field(body, "paused", bool)
-        with self.lock:
-            text = one(self.conn, "SELECT tq_schedule_get(?)", name)
-            if text is None:
+        with self.lock, self._transaction():
+            row = self.conn.execute(
+                "SELECT tz, priority, grp, budget, missed, meta FROM main.tinyq_schedules WHERE name = ?",
+                (name,)).fetchone()
+            if row is None:
                 raise BadRequest("no schedule %r" % name, 404)
-            s = json.loads(text)
-            options = {k: s[k] for k in ("tz", "priority", "group", "attempts", "meta", "missed")
-                       if s[k] is not None}
-            payload = s["payload"] if isinstance(s["payload"], str) else json.dumps(s["payload"])
+            tz, priority, group, attempts, missed, meta = row
+            options = {k: v for k, v in (("tz", tz), ("priority", priority), ("group", group),
+                                         ("attempts", attempts), ("missed", missed)) if v is not None}
+            options = json.dumps(dict(options, paused=paused))
+            if meta is not None:
+                options = options[:-1] + ', "meta": ' + meta + "}"
             return {"schedule": json.loads(one(
-                self.conn, "SELECT tq_schedule(?, ?, ?, ?, ?)", name, s["queue"], s["when"], payload,
-                json.dumps(dict(options, paused=paused))))}
+                self.conn, "SELECT tq_schedule(name, queue, expr, payload, ?) FROM main.tinyq_schedules "
+                "WHERE name = ?", options, name))}
 
     def metrics(self):
         with self.lock:
@@ -259,6 +273,12 @@ def metrics_text(conn, stats, starts, failures, schedules, now):
     return "\n".join(out) + "\n"
 
 
+def sql_status(err):
+    """503 when the store is busy (the page tries again); 400 for an argument tinyq refuses
+    ("tq_get: id must not be empty"); else 500."""
+    return 503 if views.busy(err) else 400 if views.refused(err) else 500
+
+
 def escape(value):
     return str(value).replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
 
@@ -269,6 +289,7 @@ POSTS = {"/api/cancel": Store.cancel, "/api/retry": Store.retry, "/api/pause": S
 
 class Handler(http.server.BaseHTTPRequestHandler):
     server_version = "tinyq-dashboard"
+    timeout = SOCKET_TIMEOUT        # a client that stops mid-request frees its thread
 
     def do_GET(self):
         if not self._allowed():
@@ -298,13 +319,25 @@ class Handler(http.server.BaseHTTPRequestHandler):
             return self._send_json(404, {"error": "not found"})
         if self.headers.get_content_type() != "application/json":
             return self._send_json(415, {"error": "send JSON"})
+        self._answer(lambda: action(self.server.store, self._body()))
+
+    def _body(self):
+        """The request's JSON object, read within its Content-Length."""
+        length = self.headers.get("Content-Length") or "0"
+        if not (length.isascii() and length.isdigit()):
+            raise BadRequest("Content-Length must be a number of bytes, not %r" % length)
+        if int(length) > MAX_BODY:
+            self.close_connection = True        # the body is not read
+            raise BadRequest("a request body is at most %d bytes" % MAX_BODY, 413)
         try:
-            body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)))
-            if not isinstance(body, dict):
-                raise ValueError
-        except ValueError:
-            return self._send_json(400, {"error": "send a JSON object"})
-        self._answer(lambda: action(self.server.store, body))
+            body = json.loads(self.rfile.read(int(length)))
+            # Text SQLite can take: no lone surrogate ("\ud800").
+            json.dumps(body, ensure_ascii=False).encode()
+        except (ValueError, RecursionError):     # not JSON, not UTF-8, nested too deep
+            body = None
+        if not isinstance(body, dict):
+            raise BadRequest("send a JSON object")
+        return body
 
     def _allowed(self):
         """Only requests addressed to this server by name (against DNS rebinding) and, when
@@ -321,8 +354,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
             value = compute()
         except BadRequest as err:
             return self._send_json(err.status, {"error": str(err)})
-        except sqlite3.Error as err:        # busy, most likely: the page tries again
-            return self._send_json(503, {"error": str(err)})
+        except sqlite3.Error as err:
+            return self._send_json(sql_status(err), {"error": str(err)})
         if content_type:
             self._send(200, value.encode(), content_type)
         else:

@@ -25,12 +25,28 @@ class Failure(Exception):
 
 
 def connect(path, check_same_thread=True):
-    """A connection, with tinyq loaded, to an existing database that has a tinyq store."""
+    """A connection, with tinyq loaded, to an existing database that has a tinyq store:
+    read-write when the file is writable, else read-only (mode=ro); a read-only file in WAL
+    mode whose directory is read-only too (SQLite cannot make its -shm there) is read as
+    immutable when it has no -wal to read: what the file holds is then the whole store."""
     if not os.path.exists(path):
         raise Failure("no such file: %s" % path)
     if not os.path.isfile(path):
         raise Failure("not a database file: %s" % path)
-    mode = "rw" if os.access(path, os.W_OK) else "ro"
+    modes = ["rw"] if os.access(path, os.W_OK) else ["ro"]
+    wal = path + "-wal"
+    if modes == ["ro"] and not (os.path.exists(wal) and os.path.getsize(wal)):
+        modes.append("ro&immutable=1")
+    for mode in modes:
+        try:
+            return _connect(path, mode, check_same_thread)
+        except sqlite3.DatabaseError as err:
+            if mode == modes[-1] or code(err) != SQLITE_READONLY:
+                raise Failure("%s: %s" % (path, err))
+    raise AssertionError("unreachable")
+
+
+def _connect(path, mode, check_same_thread):
     uri = "file:%s?mode=%s" % (urllib.parse.quote(os.path.abspath(path)), mode)
     conn = sqlite3.connect(uri, uri=True, isolation_level=None, timeout=5.0,
                            check_same_thread=check_same_thread)
@@ -38,9 +54,6 @@ def connect(path, check_same_thread=True):
         load(conn)
         # tq_debug reads the stored schema version: "... schema none (...)" without a store.
         store = " schema none " not in one(conn, "SELECT tq_debug()")
-    except sqlite3.DatabaseError as err:          # "file is not a database", ...
-        conn.close()
-        raise Failure("%s: %s" % (path, err))
     except BaseException:
         conn.close()
         raise
@@ -48,6 +61,23 @@ def connect(path, check_same_thread=True):
         conn.close()
         raise Failure("%s has no tinyq store (no tinyq_* tables); nothing was changed" % path)
     return conn
+
+
+SQLITE_ERROR, SQLITE_BUSY, SQLITE_LOCKED, SQLITE_READONLY = 1, 5, 6, 8
+
+
+def code(err):
+    """The primary result code of a SQLite error (SQLITE_READONLY for _READONLY_DIRECTORY...)."""
+    return getattr(err, "sqlite_errorcode", 0) & 0xff
+
+
+def busy(err):
+    return code(err) in (SQLITE_BUSY, SQLITE_LOCKED)
+
+
+def refused(err):
+    """True when tinyq refused an argument: its message starts with the function's name."""
+    return code(err) == SQLITE_ERROR and str(err).startswith("tq_")
 
 
 def rows(conn, sql, *args):

@@ -9,6 +9,7 @@ mod get;
 pub use get::tq_schedule_get;
 
 use crate::jobs::{self, Row};
+use crate::keys::OnConflict;
 use crate::options::{self, Options};
 use crate::sqlite::Conn;
 use crate::sqlite::{Error, Out, Result, Stmt, Val};
@@ -201,6 +202,8 @@ impl Schedule {
             budget: self.attempts,
             payload: &self.payload,
             meta: &self.meta,
+            start_by: None,
+            on_conflict: OnConflict::Keep, // CRON-01: one job per due time, its first add's
         }
     }
 }

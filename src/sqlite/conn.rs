@@ -264,6 +264,13 @@ impl Conn {
         }
     }
 
+    /// The file the `main` database is in; None in memory or a temporary database.
+    pub fn file_name(&self) -> Option<String> {
+        // SAFETY: sqlite3_db_filename returns null or a string alive as long as the connection.
+        let name = unsafe { c_text(sql!(db_filename(self.db, c"main".as_ptr()))) };
+        (!name.is_empty()).then_some(name)
+    }
+
     /// The name of the VFS the `main` database is on ("unix", "unix-excl", dqlite's...).
     pub fn vfs_name(&self) -> Option<String> {
         const SQLITE_FCNTL_VFS_POINTER: c_int = 27;

@@ -16,6 +16,7 @@ mod value;
 pub(crate) mod checkpoint;
 mod conn;
 mod func;
+mod inotify;
 mod load;
 mod stmt;
 mod vtab;
@@ -25,6 +26,7 @@ pub use conn::Conn;
 pub use error::{Error, Result};
 pub use ffi::libversion;
 pub use func::{register as register_function, Body, DIRECT_ONLY, INNOCUOUS, TRIGGERS};
+pub use inotify::{local_file, Inotify};
 pub use load::sqlite3_tinyq_init;
 #[cfg(feature = "rusqlite")]
 pub use load::{auto_extension, register};

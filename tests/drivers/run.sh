@@ -14,8 +14,6 @@ scenario=$root/tests/drivers/scenario.json
 out=$root/target/drivers
 py=${PY:-/usr/bin/python3}
 jdbc=/usr/share/java/sqlite-jdbc.jar
-bun_version=1.4.5
-deno_version=2.9.6
 mkdir -p "$out"
 
 note() { echo "test-drivers: $*" >&2; }
@@ -35,23 +33,9 @@ install_debian() {
   (apt-get update -qq || true) && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" > /dev/null
 }
 
-# Bun and Deno: the npm registry carries each platform's binary as a package of its own.
-case "$(uname -m)" in
-  x86_64) bun_pkg=@oven/bun-linux-x64 deno_pkg=@deno/linux-x64-glibc
-          grep -qw avx2 /proc/cpuinfo || bun_pkg=@oven/bun-linux-x64-baseline ;;
-  aarch64) bun_pkg=@oven/bun-linux-aarch64 deno_pkg=@deno/linux-arm64-glibc ;;
-  *) bun_pkg= deno_pkg= ;;
-esac
-bun=$out/npm/node_modules/$bun_pkg/bin/bun
-deno=$out/npm/node_modules/$deno_pkg/deno
-install_npm_binaries() {
-  [ -n "$bun_pkg" ] || return 0
-  [ "$("$bun" --version 2> /dev/null)" = "$bun_version" ] &&
-    "$deno" --version 2> /dev/null | grep -q "^deno $deno_version " && return 0
-  note "installing $bun_pkg@$bun_version $deno_pkg@$deno_version"
-  npm install --prefix "$out/npm" --no-save --no-audit --no-fund --loglevel=error \
-    "$bun_pkg@$bun_version" "$deno_pkg@$deno_version" > /dev/null
-}
+# Bun and Deno (and the Node of make test-node-drivers) from their npm packages.
+# shellcheck source=tests/drivers/npm_binaries.sh
+source tests/drivers/npm_binaries.sh
 
 # True when $1 is missing or older than any of the other files.
 stale() {

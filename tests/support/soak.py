@@ -5,7 +5,7 @@
     tests/test_soak.py runs it for 60 s inside make test.
 
 On queue `soak` (lease 3s, concurrency 6, rate 60/1s, group_concurrency 2, backoff 50ms,
-dedupe and keep of a few seconds, so that the store must stay bounded by sweeping):
+dedupe and keep of 20 s, so that the store must stay bounded by sweeping):
 - producers: one Python (tinyq.Queue) and one Node process add jobs of every kind (ok,
   steps with progress, retry, snooze, error, fail) in 5 groups, some delayed, some with a
   priority, while the backlog is under 150, and cancel some recent ones;
@@ -44,6 +44,7 @@ CONCURRENCY, RATE, GROUP_CONCURRENCY = 6, (60, 1000), 2
 FINAL = ("done", "cancelled")
 SCHEDULE = "tick"
 MB = 1 << 20
+PATIENCE = 180          # seconds a step of the run may take on a loaded machine before it fails
 
 
 class Soak:
@@ -56,7 +57,9 @@ class Soak:
         self.seconds, self.folder, self.out = seconds, folder, out
         self.env, self.kill, self.operator = env or {}, kill, operator
         self.expect_ticks = not env      # on a moved clock a schedule runs by that clock
-        ret = "5s" if seconds <= 120 else "20s"
+        # Short enough that the store must stay bounded by sweeping, long enough that this
+        # process, reading tq_watch on a loaded machine, is never that far behind.
+        ret = "20s"
         self.settings = settings or {
             "lease": "3s", "concurrency": CONCURRENCY, "rate": f"{RATE[0]}/1s",
             "group_concurrency": GROUP_CONCURRENCY, "backoff": "50ms", "backoff_max": "1s",
@@ -148,7 +151,7 @@ class Soak:
 
     # ---- the run
     def start(self):
-        self.conn = connect(self.db)
+        self.conn = connect(self.db, busy_ms=60_000)     # a starved machine's writers are slow
         self.conn.execute("SELECT tq_queue(?, ?)", (QUEUE, json.dumps(self.settings))).fetchone()
         # A schedule on the queue, where this build has schedules: a job every 2 s.
         self.ticks_at_unschedule = None
@@ -166,14 +169,15 @@ class Soak:
         self.t0 = time.monotonic()
 
     def loop(self, seconds, tick=None):
-        """Tail, kill, sweep and sample for `seconds`; `tick(t)` is called on every round."""
+        """Tail, kill, sweep and sample for `seconds`; `tick(t)` is called on every round, and
+        the loop ends early once it returns true."""
         end = time.monotonic() + seconds
         next_kill = time.monotonic() + self.rnd.uniform(2, 5)
         next_sample = next_sweep = time.monotonic()
         while time.monotonic() < end:
             now = time.monotonic()
-            if tick is not None:
-                tick(now - self.t0)
+            if tick is not None and tick(now - self.t0):
+                return
             self.tail(self.conn)
             self.reap()
             assert not self.bad_exits, f"a process failed: {self.bad_exits}"
@@ -188,7 +192,7 @@ class Soak:
                 next_sample = now + (5 if self.seconds <= 120 else 30)
             time.sleep(0.2)
 
-    def drain(self, timeout=90):
+    def drain(self, timeout=PATIENCE):
         """Producers stop, the schedule is removed; wait until every job added is done or cancelled."""
         open(self.stop_file, "w").close()
         if self.schedule:
@@ -197,7 +201,7 @@ class Soak:
             self.ticks_at_unschedule = len(self.ticks())
         for info in self.procs.values():
             if info["role"] == "producer":
-                info["popen"].wait(timeout=30)
+                info["popen"].wait(timeout=PATIENCE)
         added = self.added()
         until = time.monotonic() + timeout
         while time.monotonic() < until:
@@ -207,13 +211,25 @@ class Soak:
             time.sleep(0.3)
         self.sample(time.monotonic() - self.t0)
 
+    def started(self, info):
+        """Whether a process is past its start: its first log line is written once it can
+        take a SIGTERM as a request to stop (a busy machine can take seconds to get there)."""
+        try:
+            with open(info["log"]) as f:
+                return f.readline().endswith("\n")
+        except FileNotFoundError:
+            return False
+
     def shutdown(self):
         open(self.stop_file, "w").close()
+        deadline = time.monotonic() + PATIENCE
+        while time.monotonic() < deadline and not all(self.started(i) for i in self.live_workers()):
+            time.sleep(0.1)
         for info in self.live_workers():
             info["popen"].send_signal(signal.SIGTERM)
         for info in self.procs.values():
             try:
-                info["popen"].wait(timeout=30)
+                info["popen"].wait(timeout=PATIENCE)
             except subprocess.TimeoutExpired:
                 info["popen"].kill()
                 info["popen"].wait()
@@ -223,10 +239,13 @@ class Soak:
             self.conn.close()
             self.conn = None
 
-    def run(self):
+    def run(self, enough=lambda soak: True):
+        """The whole soak: `seconds` of work, and then on until `enough(self)` holds (a busy
+        machine does less in a second), for at most four times `seconds`."""
         try:
             self.start()
-            self.loop(self.seconds)
+            self.loop(4 * self.seconds, lambda t: t >= self.seconds and enough(self))
+            self.ran_s = round(time.monotonic() - self.t0)
             self.drain()
         finally:
             self.shutdown()
@@ -235,8 +254,8 @@ class Soak:
     # ---- the audit
     def records(self, role=None):
         for info in self.procs.values():
-            if role is not None and info["role"] != role:
-                continue
+            if role is not None and info["role"] != role or not os.path.exists(info["log"]):
+                continue        # (a process killed before it opened its log did nothing)
             with open(info["log"]) as f:
                 for line in f:
                     if line.endswith("\n"):
@@ -270,6 +289,8 @@ class Soak:
         added = self.added()
         seqs = [e[0] for e in self.events]
         assert seqs == sorted(set(seqs)), "tq_watch gave an event twice or out of order"
+        skipped = sum(b - a - 1 for a, b in zip(seqs, seqs[1:]))
+        assert not skipped, f"{skipped} events were swept before they were read (this process fell `keep` behind)"
         unknown = {e[1] for e in self.events} - set(added)
         assert not unknown, f"events for ids no producer added: {sorted(unknown)[:5]}"
         not_final = {j: self.final_state(j) for j in added if self.final_state(j) not in FINAL}
@@ -367,7 +388,7 @@ class Soak:
             kinds[r["kind"]] = kinds.get(r["kind"], 0) + 1
         by_lang = {k: sum(1 for r in self.records("producer") if r["ev"] == "add" and
                           self.procs[r["pid"]]["kind"] == k) for k in ("py", "js")}
-        return dict(seconds=self.seconds, added=len(added), by_lang=by_lang, kinds=kinds,
+        return dict(seconds=self.seconds, ran_s=getattr(self, "ran_s", None), added=len(added), by_lang=by_lang, kinds=kinds,
                     done=sum(1 for j in added if self.final_state(j) == "done"), cancelled=len(cancelled),
                     retried=len(self.retried), kills=self.kills, processes=self.spawned,
                     schedule_jobs=len(ticks) if self.schedule else "no schedules in this build",

@@ -3,6 +3,11 @@
 // and job kinds as tests/support/soak_worker.py:
 //   node soak_worker.js worker   DB LOG SEED
 //   node soak_worker.js producer DB LOG SEED STOP
+// A SIGTERM before work() has its own handler (the first log line is written after this):
+// nothing is in flight yet, so leave with 0, as work() would. Once work() runs, its
+// handler finishes the work in flight and this one does nothing.
+let working = false;
+process.on('SIGTERM', () => { if (!working) process.exit(0); });
 const fs = require('fs');
 const path = require('path');
 const tinyq = require(path.join(__dirname, '..', '..', 'node', 'index.js'));
@@ -58,6 +63,7 @@ async function worker() {
     }
     return { by: process.pid };
   };
+  working = true;
   await q.work(async (payload, run) => {
     log({ ev: 'run', id: run.id, attempt: run.attempt, t: monotonic() });
     try {
@@ -70,7 +76,10 @@ async function worker() {
 }
 
 async function producer() {
-  const q = new tinyq.Queue(db, QUEUE);
+  // A minute's busy timeout: on a starved machine a writer can hold the lock past 5 s, and
+  // the soak's producers are to wait for it, not fail.
+  const q = new tinyq.Queue(tinyq.open(db), QUEUE);
+  q.db.pragma('busy_timeout = 60000');
   let n = 0;
   let recent = [];
   while (!fs.existsSync(stop)) {

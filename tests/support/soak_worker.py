@@ -13,8 +13,13 @@ os.write (survives a SIGKILL right after).
 import json
 import os
 import random
+import signal
 import sys
 import time
+
+# A SIGTERM before work() has put in its own handler (the first log line is written after
+# this): nothing is in flight yet, so leave with 0, as work() would.
+signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(HERE)), "python"))
@@ -23,6 +28,7 @@ import tinyq  # noqa: E402
 KINDS = (os.environ.get("TINYQ_SOAK_KINDS") or "ok,ok,ok,ok,ok,steps,steps,steps,retry,snooze,error,fail").split(",")
 QUEUE = os.environ.get("TINYQ_SOAK_QUEUE") or "soak"
 P_CANCEL = float(os.environ.get("TINYQ_SOAK_CANCELS") or 0.03)     # per producer round
+PATIENT_BUSY_S = 60
 
 
 class Log:
@@ -82,7 +88,9 @@ def worker(db, log, rnd):
 
 
 def producer(db, log, rnd, stop):
-    q = tinyq.Queue(db, QUEUE)
+    # A minute's busy timeout: on a starved machine a writer can hold the lock past 5 s, and
+    # the soak's producers are to wait for it, not fail.
+    q = tinyq.Queue(tinyq.open(db, busy_timeout=PATIENT_BUSY_S), QUEUE)
     n, recent = 0, []
     while not os.path.exists(stop):
         row = q.conn.execute("SELECT waiting + scheduled FROM tq_stats(?)", (QUEUE,)).fetchone()

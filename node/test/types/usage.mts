@@ -28,6 +28,17 @@ void next;
 replies.schedules().map((s) => s.paused);
 // @ts-expect-error: missed is 'latest', 'skip' or 'all'
 replies.schedule('d', '@daily', { messageId: 0 }, { missed: 'sometimes' });
+replies.add({ messageId: 7 }, { id: 'doc:7', on_conflict: 'debounce', delay: '30s', max_wait: '5m', expires: new Date() });
+const many: string[] = replies.addMany([{ messageId: 1 }, { messageId: 2 }], { ids: ['a', 'b'], expires: '1h' });
+void many;
+const bound: number | null = replies.get('doc:7')?.expires ?? null;
+void bound;
+// @ts-expect-error: on_conflict is 'keep', 'replace' or 'debounce'
+replies.add({ messageId: 1 }, { id: 'x', on_conflict: 'merge' });
+// @ts-expect-error: addMany takes ids, not one id
+replies.addMany([{ messageId: 1 }], { id: 'x' });
+// @ts-expect-error: addMany's payloads keep their type
+replies.addMany([{ messageId: 'one' }]);
 const o = new Outcome('retry', 1000);
 void o;
 
@@ -43,3 +54,15 @@ replies.work(async () => {}, { prefetch: '7' });
 // @ts-expect-error: step's answer keeps its type
 const wrong: number = await new Queue<Reply>('app.db', 'q').get('x')!.payload.messageId.toFixed();
 void wrong;
+
+// Each driver's Database, by the driver named
+const better = open('app.db', { driver: 'better-sqlite3' });
+better.pragma('journal_mode', { simple: true });
+const viaNode = new Queue(open('app.db', { driver: 'node:sqlite' }), 'replies', { driver: 'node:sqlite' });
+viaNode.db.enableLoadExtension(false);
+const viaBun = new Queue<Reply>('app.db', 'replies', { driver: 'bun:sqlite' });
+void viaBun.db;
+// @ts-expect-error: a driver tinyq does not know
+open('app.db', { driver: 'sqlite3' });
+// @ts-expect-error: not a Database
+new Queue({ prepare: 1 }, 'q');

@@ -1,0 +1,26 @@
+'use strict';
+// Issue 29: `await queue.stop()` inside a handler does not wait for that handler (it used to
+// wait for itself for ever); work() still settles the job and returns.
+const { test } = require('node:test');
+const assert = require('node:assert/strict');
+const tinyq = require('..');
+
+const { tempDb } = require('../test-support');
+
+test('await queue.stop() inside a handler resolves, and work() settles the job and returns', async () => {
+  const q = new tinyq.Queue(tempDb(), 'q');
+  const id = q.add({ n: 1 });
+  const stopped = [];
+  const handled = await Promise.race([
+    q.work(async () => {
+      await new Promise((resolve) => setImmediate(resolve)); // work() has returned its promise
+      stopped.push(await q.stop());
+      return 'ok';
+    }, { poll: 50 }),
+    new Promise((resolve) => setTimeout(() => resolve('hung'), 30000).unref()),
+  ]);
+  assert.equal(handled, 1);
+  assert.deepEqual(stopped, [0]);
+  assert.equal(q.get(id).state, 'done');
+  q.close();
+});

@@ -1,0 +1,76 @@
+"""The helper scenarios (tests/helper_scenarios.json), each run against the three worker
+helpers — Python threads, asyncio and Node — in real processes, so that a behaviour is
+specified once and the helpers answer alike (after river's driver tests)."""
+import collections
+import json
+import os
+import signal
+import subprocess
+import time
+
+import pytest
+
+from helpers import EXT, ROOT, connect, one
+
+PY = "/usr/bin/python3"
+SUPPORT = os.path.join(ROOT, "tests", "support")
+with open(os.path.join(ROOT, "tests", "helper_scenarios.json")) as f:
+    SCENARIOS = json.load(f)["scenarios"]
+HELPERS = ("threads", "asyncio", "node")
+FINAL = ("done", "failed")
+GIVE_UP_S = 180          # only a failing run waits this long
+
+
+def start_worker(helper, db_path, log, index):
+    env = dict(os.environ, TINYQ_EXT=EXT, PYTHONPATH=os.path.join(ROOT, "python"))
+    if helper == "node":
+        argv = ["node", os.path.join(SUPPORT, "scenario_worker.js"), db_path, log, str(index)]
+    else:
+        argv = [PY, os.path.join(SUPPORT, "scenario_worker.py"), helper, db_path, log, str(index)]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    assert proc.stdout.readline().strip() == "working", proc.stderr.read()
+    return proc
+
+
+def counts(conn):
+    return dict(conn.execute("SELECT state, count(*) FROM tq_jobs WHERE queue = 'q' GROUP BY state"))
+
+
+@pytest.mark.parametrize("helper", HELPERS)
+@pytest.mark.parametrize("index", range(len(SCENARIOS)), ids=[s["name"] for s in SCENARIOS])
+def test_helper_scenario(tmp_path, helper, index):
+    spec = SCENARIOS[index]
+    db_path, log = str(tmp_path / "store.db"), str(tmp_path / "ran.log")
+    conn = connect(db_path)
+    if spec.get("settings"):
+        one(conn, "SELECT tq_queue('q', ?)", json.dumps(spec["settings"]))
+    workers = [start_worker(helper, db_path, log, index) for _ in range(spec.get("workers", 1))]
+    try:
+        conn.execute("BEGIN")
+        for n in range(spec["jobs"]):
+            one(conn, "SELECT tq_add('q', ?)", json.dumps({"n": n}))
+        conn.execute("COMMIT")
+        deadline = time.monotonic() + GIVE_UP_S
+        while sum(counts(conn).get(s, 0) for s in FINAL) < spec["jobs"] and time.monotonic() < deadline:
+            if any(w.poll() is not None for w in workers):
+                break
+            time.sleep(0.05)
+    finally:
+        for w in workers:
+            if w.poll() is None:
+                w.send_signal(signal.SIGTERM)
+        outs = [w.communicate(timeout=120) for w in workers]
+    for out, err in outs:
+        assert "returned" in out, (out, err)
+    expect = spec["expect"]
+    got = counts(conn)
+    for state in FINAL:
+        assert got.get(state, 0) == expect.get(state, 0), got
+    if expect.get("each_ran_once"):
+        with open(log) as f:
+            starts = collections.Counter(line.split()[0] for line in f)
+        assert len(starts) == spec["jobs"] and set(starts.values()) == {1}, starts.most_common(3)
+    if expect.get("result_has"):
+        for (result,) in conn.execute("SELECT tq_get(id) ->> 'result' FROM tq_jobs WHERE queue = 'q'"):
+            assert expect["result_has"] in str(result), result
+    conn.close()

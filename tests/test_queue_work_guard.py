@@ -1,0 +1,74 @@
+"""Issue 29 (Lows): one rule for the three helpers, a second work() on a Queue that is
+already working is refused (AsyncQueue and Node already refused it); sys.exit() in a handler
+ends work() instead of being recorded as the job's error."""
+import os
+import sys
+import threading
+
+import pytest
+
+from helpers import ROOT
+
+sys.path.insert(0, os.path.join(ROOT, "python"))
+import tinyq  # noqa: E402
+
+
+def test_a_second_work_on_a_working_queue_is_refused(db_path):
+    q = tinyq.Queue(db_path, "q")
+    q.add({"n": 1})
+    running = threading.Event()
+
+    def handler(payload, run):
+        running.set()
+        with pytest.raises(RuntimeError, match="already working"):
+            q.work(lambda payload, run: None)
+        q.stop()
+    thread = threading.Thread(target=lambda: q.work(handler, poll=0.05), daemon=True)
+    thread.start()
+    thread.join(60)
+    assert running.is_set() and not thread.is_alive()
+    assert q.watch()[-1]["state"] == "done"
+    q.close()
+
+
+def test_sys_exit_in_a_handler_ends_work_and_is_no_job_error(db_path):
+    q = tinyq.Queue(db_path, "q")
+    job = q.add({"n": 1})
+    raised = []
+
+    def work():
+        try:
+            q.work(lambda payload, run: sys.exit(3), poll=0.05)
+        except SystemExit as exc:
+            raised.append(exc.code)
+    thread = threading.Thread(target=work, daemon=True)
+    thread.start()
+    thread.join(60)
+    q.stop()
+    assert raised == [3]
+    got = q.get(job)
+    assert got["state"] == "running" and not got.get("error"), got   # its lease runs out: again
+    q.close()
+
+
+def test_sys_exit_in_an_async_handler_ends_work_and_is_no_job_error(db_path):
+    import asyncio
+
+    async def main():
+        q = tinyq.AsyncQueue(db_path, "q")
+        job = await q.add({"n": 1})
+
+        async def handler(payload, run):
+            sys.exit(3)
+        with pytest.raises(SystemExit):
+            await asyncio.wait_for(q.work(handler, poll=0.05), 30)
+        return job
+    job = None
+    try:
+        job = asyncio.run(main())
+    except SystemExit:
+        pass
+    q = tinyq.Queue(db_path, "q")
+    got = [j for j in q.watch() if j["state"] == "error"]
+    assert got == [], got
+    q.close()

@@ -1,0 +1,131 @@
+"""tq_wait while idle: it sleeps until another process writes the store (Linux: inotify on
+the database and its -wal), instead of waking every few milliseconds to look.
+
+The work is counted, not timed: the waiting thread's voluntary context switches (each
+sleep-and-wake is one, /proc/thread-self/status) must not grow with the wait; and an add
+from another process must end a wait that would otherwise last 30 s.
+"""
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from helpers import ROOT, add, connect, one
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="inotify is Linux's; elsewhere tq_wait polls")
+
+JOURNALS = ["wal", "delete"]   # WAL mode writes the -wal; rollback-journal mode the database
+
+
+def store(db_path, journal):
+    conn = connect(db_path)
+    conn.execute(f"PRAGMA journal_mode={journal}")
+    add(conn, "other", id="o0")      # the store exists; the waited-for queue stays empty
+    return conn
+
+
+def switches():
+    """This thread's voluntary context switches so far."""
+    with open("/proc/thread-self/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("voluntary_ctxt_switches"))
+
+
+@pytest.mark.parametrize("journal", JOURNALS)
+def test_idle_wait_wakes_a_few_times_however_long_it_waits(db_path, journal):
+    conn = store(db_path, journal)
+    time.sleep(0.15)                 # past the settling that follows a fresh write
+    counts = {}
+    for timeout in ("200ms", "2s"):
+        before = switches()
+        assert one(conn, "SELECT tq_wait('idle', ?)", timeout) == 0
+        counts[timeout] = switches() - before
+    conn.close()
+    # Polling every 1-3 ms made about 120 and 700 here.
+    assert counts["2s"] <= 10, counts
+    assert counts["2s"] <= counts["200ms"] + 5, counts
+
+
+WAITER = """
+import json, sys, time
+sys.path.insert(0, sys.argv[2])
+from helpers import connect, one
+conn = connect(sys.argv[1])
+print(json.dumps({"ready": True}), flush=True)
+r = one(conn, "SELECT tq_wait('wake', '30s')")
+print(json.dumps({"r": r, "jobs": one(conn, "SELECT count(*) FROM tq_jobs WHERE queue = 'wake'")}), flush=True)
+"""
+
+
+def sleeping(pid):
+    """Is the process's main thread asleep (in tq_wait, once it said it was ready)?"""
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().rsplit(")", 1)[1].split()[0] == "S"
+
+
+@pytest.mark.parametrize("journal", JOURNALS + ["wal, reset"])
+def test_an_add_from_another_process_ends_a_waiting_tq_wait(db_path, journal):
+    """"wal, reset": a checkpoint empties the -wal while the waiter waits, and the add
+    writes it again from its start."""
+    conn = store(db_path, journal.split(",")[0])
+    waiter = subprocess.Popen([sys.executable, "-c", WAITER, db_path, os.path.join(ROOT, "tests")],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert json.loads(waiter.stdout.readline()) == {"ready": True}
+        while not sleeping(waiter.pid):
+            time.sleep(0.01)
+        time.sleep(0.3)              # well inside tq_wait, past its settling
+        if journal == "wal, reset":
+            assert conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0] == 0   # not busy
+            assert os.path.getsize(db_path + "-wal") == 0
+            time.sleep(0.3)          # past the settling after the checkpoint's writes
+        add(conn, "wake", id="w1")
+        res = json.loads(waiter.stdout.readline())
+    finally:
+        waiter.wait(timeout=60)
+        conn.close()
+    assert res == {"r": 1, "jobs": 1}   # 1 before its 30 s were up: woken by the add
+
+
+def test_many_waiters_in_one_process_each_wake_for_their_store(tmp_path):
+    """Waiters of one process share one inotify instance: an add to one store wakes that
+    store's waiters, while the other store's waiters sleep on (not even looking every ms)."""
+    code = """
+import json, sys, threading
+sys.path.insert(0, sys.argv[3])
+from helpers import connect, one
+from test_wait_idle import switches
+results = {}
+def wait(path, name, timeout):
+    conn = connect(path)
+    before = switches()
+    results[name] = one(conn, "SELECT tq_wait('wake', ?)", timeout)
+    results[name + " switches"] = switches() - before
+    conn.close()
+threads = [threading.Thread(target=wait, args=(sys.argv[1], "a%d" % i, "30s")) for i in range(5)]
+threads += [threading.Thread(target=wait, args=(sys.argv[2], "b%d" % i, "1500ms")) for i in range(5)]
+for t in threads: t.start()
+print(json.dumps({"ready": True}), flush=True)
+for t in threads: t.join()
+print(json.dumps(results), flush=True)
+"""
+    a, b = str(tmp_path / "a.db"), str(tmp_path / "b.db")
+    conns = [store(a, "wal"), store(b, "wal")]
+    time.sleep(0.15)                 # past the settling that follows a fresh write
+    proc = subprocess.Popen([sys.executable, "-c", code, a, b, os.path.join(ROOT, "tests")],
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        assert json.loads(proc.stdout.readline()) == {"ready": True}
+        time.sleep(0.3)              # let them block
+        add(conns[0], "wake", id="w1")
+        res = json.loads(proc.stdout.readline())
+    finally:
+        proc.wait(timeout=60)
+        for c in conns:
+            c.close()
+    assert {k: v for k, v in res.items() if "switches" not in k} == {**{f"a{i}": 1 for i in range(5)},
+                                                                     **{f"b{i}": 0 for i in range(5)}}
+    # About 100 each if the add to a had them look every ms; a few from the closing connections.
+    assert all(res[f"b{i} switches"] <= 50 for i in range(5)), json.dumps(res)
