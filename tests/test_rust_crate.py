@@ -17,6 +17,8 @@ def cargo(command, *args, timeout=1800):
     proc = subprocess.run(["cargo", command, "--locked", "--manifest-path", MANIFEST, *args],
                           capture_output=True, text=True, timeout=timeout,
                           env=dict(os.environ, CARGO_TARGET_DIR=TARGET))
+    # A dependency added to tinyq makes examples/rust/Cargo.lock stale (--locked): refresh it
+    # with `cargo update -p tinyq --manifest-path examples/rust/Cargo.toml`.
     assert proc.returncode == 0, "cargo %s failed:\n%s" % (command, proc.stderr[-3000:])
     return proc.stdout
 
