@@ -84,9 +84,11 @@ def read_only(db, db_path, request):
         # the package and the extension of its own
         pkg = tempfile.mkdtemp(prefix="tinyq-pkg-")
         os.chmod(pkg, 0o755)
-        shutil.copytree(os.path.join(ROOT, "python", "tinyq"), os.path.join(pkg, "tinyq"))
+        # (laid out as in the checkout: the package reads its version from ../../Cargo.toml)
+        shutil.copytree(os.path.join(ROOT, "python", "tinyq"), os.path.join(pkg, "python", "tinyq"))
+        shutil.copy(os.path.join(ROOT, "Cargo.toml"), pkg)
         shutil.copy(EXT + ".so", os.path.join(pkg, "tinyq.so"))
-        env = dict(ENV, PYTHONPATH=pkg, TINYQ_EXT=os.path.join(pkg, "tinyq"))
+        env = dict(ENV, PYTHONPATH=os.path.join(pkg, "python"), TINYQ_EXT=os.path.join(pkg, "tinyq"))
 
     def run(*args):
         return subprocess.run([PY, "-m", "tinyq", args[0], path, *args[1:]], capture_output=True,
