@@ -14,7 +14,7 @@ const PROGRAM = `
 const cluster = require('cluster');
 const fs = require('fs');
 const tinyq = require(${JSON.stringify(path.join(__dirname, '..'))});
-const { value } = require(${JSON.stringify(path.join(__dirname, '..', 'test-support.js'))});
+const { one } = require(${JSON.stringify(path.join(__dirname, '..', 'sql.js'))});   // any driver
 const [file, log, jobs] = [process.env.DB, process.env.LOG, Number(process.env.JOBS)];
 if (cluster.isPrimary) {
   const q = new tinyq.Queue(file, 'emails');
@@ -24,7 +24,7 @@ if (cluster.isPrimary) {
     if (++online < 4) return;
     for (let n = 0; n < jobs; n++) q.add({ n });
     const check = setInterval(() => {
-      const done = value(q.db, "SELECT count(*) FROM tq_jobs WHERE queue = 'emails' AND state = 'done'");
+      const done = one(q.db, "SELECT count(*) FROM tq_jobs WHERE queue = 'emails' AND state = 'done'");
       if (done < jobs) return;
       clearInterval(check);
       for (const w of Object.values(cluster.workers)) w.kill();
