@@ -1,6 +1,7 @@
 -- From store version 5 to 6. The result is what sql/store.sql creates
 -- (tests/test_migrations.py compares the two). Each change of version 6 is a block of its
--- own below; a block adds only what is new, so the upgrade does not grow with the store.
+-- own below; a block adds only what is new, so the upgrade does not grow with the store (but
+-- for the one pass over the jobs that follows JOB-05's block, below).
 
 -- ---- tq_add's `expires` and `on_conflict` (EXP-01, KEY-01) ----------------------------
 -- tinyq_jobs gets `start_by` (ADD COLUMN rewrites no row; no job of an older store has a
@@ -37,3 +38,28 @@ CREATE TRIGGER tinyq_jobs_replaced AFTER UPDATE OF payload ON tinyq_jobs BEGIN
 END;
 
 -- ---- end of the `expires` and `on_conflict` block ----------------------------------------
+
+-- ---- JOB-05: attempts across the jobs of one id ---------------------------------------
+-- A job added again under the id of a job that is gone numbers its attempts after every
+-- attempt the id had (docs/design.md, "Attempts across jobs of one id"). tinyq_jobs gets
+-- `slot` (ADD COLUMN rewrites no row); tinyq_marks and its trigger replace the cancel
+-- tombstones. After this script, tinyq (src/marks.rs, which holds the hash) gives every
+-- job present its slot, turns the tombstones into marks and drops tinyq_tombstones: that
+-- pass grows with the store, once.
+
+ALTER TABLE tinyq_jobs ADD COLUMN slot INTEGER;
+
+CREATE TABLE tinyq_marks (
+  slot    INTEGER PRIMARY KEY,
+  attempt INTEGER NOT NULL
+);
+
+DROP TRIGGER tinyq_jobs_cancel_tombstone;
+
+CREATE TRIGGER tinyq_jobs_marked AFTER DELETE ON tinyq_jobs
+WHEN OLD.slot IS NOT NULL AND OLD.attempt > 0 BEGIN
+  INSERT INTO tinyq_marks (slot, attempt) VALUES (OLD.slot, OLD.attempt)
+  ON CONFLICT (slot) DO UPDATE SET attempt = excluded.attempt WHERE excluded.attempt > attempt;
+END;
+
+-- ---- end of the JOB-05 block --------------------------------------------------------------

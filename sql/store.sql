@@ -53,7 +53,7 @@ CREATE TABLE tinyq_jobs (
   expires_at  INTEGER,                      -- done/failed only: when the id is freed
   changed_at  INTEGER NOT NULL,             -- time of the latest state change (for its event)
   note        BLOB                           -- detail of the latest state change (for its event)
-, meta        BLOB, parked INTEGER NOT NULL DEFAULT 0, start_by INTEGER) -- meta: a JSON object kept beside the payload (version 3); parked: 1 for a due job set aside until its group has room (version 4); start_by: tq_add's `expires`, from when no attempt may start (version 6); all written as ADD COLUMN writes them
+, meta        BLOB, parked INTEGER NOT NULL DEFAULT 0, start_by INTEGER, slot INTEGER) -- meta: a JSON object kept beside the payload (version 3); parked: 1 for a due job set aside until its group has room (version 4); start_by: tq_add's `expires`, from when no attempt may start (version 6); slot: the id's row in tinyq_marks, NULL for a generated id (version 6); all written as ADD COLUMN writes them
 ;
 
 -- Claim order (JOB-01) over due jobs. A claim walks only the jobs it may start
@@ -347,20 +347,22 @@ CREATE TRIGGER tinyq_jobs_removed AFTER DELETE ON tinyq_jobs BEGIN
   WHERE queue = OLD.queue AND OLD.status <> 'cancelled';
 END;
 
--- A cancelled job's id may be added again at once, while the cancelled attempt's worker
--- still runs. The new job's attempts continue after the old ones, so that worker's calls
--- (id, old attempt) can never match the new job (CAN-01, JOB-05).
-CREATE TABLE tinyq_tombstones (
-  id      TEXT PRIMARY KEY,
-  attempt INTEGER NOT NULL,
-  at      INTEGER NOT NULL
-) WITHOUT ROWID;
+-- Attempts across the jobs of one id (JOB-05, version 6): an attempt belongs to one job for
+-- ever, so once a job is gone (done or failed and swept, cancelled) a job added later with
+-- the same id numbers its attempts after every attempt the id ever had. Each chosen id has
+-- a slot (tinyq_jobs.slot: 16 bits of a hash of the id, computed by tinyq, src/marks.rs);
+-- a slot's mark is the highest attempt of any job of its ids that is gone, and a new job of
+-- a chosen id starts from its slot's mark. Generated ids never repeat and have no slot. At
+-- most 65536 rows, whatever the number of ids (docs/design.md, "Attempts across jobs").
+CREATE TABLE tinyq_marks (
+  slot    INTEGER PRIMARY KEY,
+  attempt INTEGER NOT NULL
+);
 
-CREATE INDEX tinyq_tombstones_at ON tinyq_tombstones (at);
-
-CREATE TRIGGER tinyq_jobs_cancel_tombstone AFTER DELETE ON tinyq_jobs
-WHEN OLD.status = 'cancelled' AND OLD.attempt > 0 BEGIN
-  INSERT OR REPLACE INTO tinyq_tombstones (id, attempt, at) VALUES (OLD.id, OLD.attempt, OLD.changed_at);
+CREATE TRIGGER tinyq_jobs_marked AFTER DELETE ON tinyq_jobs
+WHEN OLD.slot IS NOT NULL AND OLD.attempt > 0 BEGIN
+  INSERT INTO tinyq_marks (slot, attempt) VALUES (OLD.slot, OLD.attempt)
+  ON CONFLICT (slot) DO UPDATE SET attempt = excluded.attempt WHERE excluded.attempt > attempt;
 END;
 
 -- Periodic jobs (version 3). Each due time of a schedule becomes one job of its queue, with

@@ -55,6 +55,39 @@ pub fn parse(args: &[Val]) -> Result<Request> {
     Ok(req)
 }
 
+impl Request {
+    /// Claims at most `most` jobs: the statement returns no more (its LIMIT).
+    pub fn cap(&mut self, most: i64) {
+        self.n = self.n.min(most);
+    }
+}
+
+/// Jobs a claim leased whose rows its statement never reached (it stopped early: a LIMIT
+/// SQLite could not pass to tq_claim, an error in a later column) go back in line at their
+/// place, their try given back. Their attempt number stays used: the next claim opens the
+/// next one. The start stays counted in the rate window, as for a snoozed job.
+pub fn give_back(conn: &Conn, queue: &str, jobs: &[(String, i64)]) -> Result<()> {
+    if jobs.is_empty() {
+        return Ok(());
+    }
+    conn.write_tx(|| {
+        let q = settings::load(conn, queue)?;
+        let now = conn.now();
+        for (id, attempt) in jobs {
+            conn.exec(
+                concat!(
+                    "UPDATE tinyq_jobs SET status = 'queued', tries = tries - 1, lease_until = NULL, deadline = NULL,
+                         holder = NULL, changed_at = ?3, note = 'not returned', parked = (?4 AND grp IS NOT NULL)
+                     WHERE",
+                    settle::working_fence!()
+                ),
+                &[id, attempt, &now, &q.has_group_limits()],
+            )?;
+        }
+        Ok(())
+    })
+}
+
 /// Claims on `conn`, in one write transaction.
 pub fn run(conn: &Conn, req: &Request) -> Result<Vec<Claimed>> {
     let Request { queue, worker, n, lease } = req;

@@ -8,7 +8,7 @@ use crate::settings;
 use crate::sqlite::Conn;
 use crate::sqlite::{Out, Result, Val};
 use crate::stats;
-use crate::{expiry, random, store};
+use crate::{expiry, json, random, store};
 
 /// SQL: does queue `$queue` have group limits, so that a due grouped job is set aside until
 /// its group promotes it? The SQL twin of `Settings::has_group_limits`, for statements that
@@ -29,13 +29,14 @@ pub(crate) use group_limited;
 macro_rules! insert_job {
     () => {
         concat!(
-            "INSERT INTO tinyq_jobs (id, queue, status, grp, priority, run_at, budget, payload, meta, created_at, changed_at, attempt, parked, start_by)
+            "INSERT INTO tinyq_jobs (id, queue, status, grp, priority, run_at, budget, payload, meta, created_at, changed_at, attempt, parked, start_by, slot)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?10,
-                     coalesce((SELECT attempt FROM tinyq_tombstones WHERE id = ?1), 0),
+                     -- attempts continue after those of the id's earlier jobs (JOB-05, marks.rs)
+                     CASE WHEN ?12 IS NULL THEN 0 ELSE coalesce((SELECT attempt FROM tinyq_marks WHERE slot = ?12), 0) END,
                      -- set aside until its group promotes it (limits/groups.rs)
                      CASE WHEN ?4 IS NOT NULL AND ?3 = 'queued' THEN ",
             $crate::jobs::group_limited!("?2"),
-            " ELSE 0 END, ?11)"
+            " ELSE 0 END, ?11, ?12)"
         )
     };
 }
@@ -104,7 +105,22 @@ fn parse_add(args: &[Val]) -> Result<NewJob> {
     if job.id.as_deref().is_some_and(|id| id.starts_with("tq_")) {
         bail!("option \"id\" must not start with 'tq_': that prefix is reserved for generated ids");
     }
+    if let Some(id) = job.id.as_deref().filter(|id| is_schedule_id(id)) {
+        bail!(
+            "option \"id\" must not end in '@' and a UTC time ('{}'): that form is reserved for the jobs of schedules",
+            options::clip(id)
+        );
+    }
     Ok(job)
+}
+
+/// Does `id` have the form of a schedule's job id, `<name>@<due time in ISO-8601 UTC>`
+/// (src/schedule/, which adds such jobs through `insert`)? Any UTC spelling of the time
+/// counts, so that no chosen id can take a schedule's due time (CRON-01).
+fn is_schedule_id(id: &str) -> bool {
+    id.rsplit_once('@').is_some_and(|(_, at)| {
+        chrono::DateTime::parse_from_rfc3339(at).is_ok_and(|t| t.offset().local_minus_utc() == 0)
+    })
 }
 
 /// tq_add(queue, payload [, options]) -> id
@@ -222,26 +238,29 @@ pub fn tq_get(conn: &Conn, args: &[Val]) -> Result<Out> {
                 "lease_until": st.opt_int(10),
                 "deadline": st.opt_int(11),
                 "worker": st.text(12),
-                "payload": st.val(13).to_json(),
-                "meta": st.val(19).to_json(),
-                "result": st.val(14).to_json(),
                 "error": st.text(15),
-                "progress": st.val(16).to_json(),
                 "created_at": st.int(17),
                 "settled_at": st.opt_int(18),
                 "expires": st.opt_int(20),
             });
-            (job, queue, status, place)
+            // Written as stored (json.rs): [payload, meta, result, progress].
+            let stored = [st.val(13), st.val(19), st.val(14), st.val(16)];
+            (job, stored, queue, status, place)
         },
     )?;
-    let Some((mut obj, queue, status, place)) = found else { return Ok(Out::Null) };
+    let Some((mut obj, stored, queue, status, place)) = found else { return Ok(Out::Null) };
     if obj["attempts"].is_null() {
         obj["attempts"] = settings::load(conn, &queue)?.attempts().into();
     }
     if obj["state"] == "waiting" {
         obj["ahead"] = stats::ahead(conn, &queue, place, status == "queued", now)?.into();
     }
-    Ok(Out::Text(obj.to_string()))
+    obj["payload_type"] = json::kind(&stored[0]).into();
+    let [payload, meta, result, progress] = &stored;
+    Ok(Out::Text(json::object(
+        obj,
+        &[("payload", payload), ("meta", meta), ("result", result), ("progress", progress)],
+    )))
 }
 
 /// tq_cancel(id) -> 1 or 0. The job is marked (watchers see `cancelled`) and removed.

@@ -11,6 +11,7 @@
 //! buckets and group heads follow it (the trigger tinyq_jobs_replaced, sql/store.sql).
 
 use crate::jobs::{insert_job, Row};
+use crate::marks;
 use crate::options::{self, Options};
 use crate::sqlite::{Bind, Conn, Result};
 
@@ -54,11 +55,11 @@ pub fn parse(opts: &Options, id: Option<&str>, at: Option<i64>, delay: Option<i6
     Ok(mode)
 }
 
-/// SQL: the new time of a replaced job: the add's (?6), no later than `max_wait` (?12, NULL
+/// SQL: the new time of a replaced job: the add's (?6), no later than `max_wait` (?13, NULL
 /// for none) after the job's creation.
 macro_rules! new_run_at {
     () => {
-        "min(?6, coalesce(tinyq_jobs.created_at + ?12, ?6))"
+        "min(?6, coalesce(tinyq_jobs.created_at + ?13, ?6))"
     };
 }
 
@@ -66,7 +67,8 @@ macro_rules! new_run_at {
 /// statement. Returns the rows written (0: the id is taken by a job it leaves alone).
 pub fn write(conn: &Conn, job: &Row, now: i64) -> Result<i64> {
     let status = if job.run_at > now { "scheduled" } else { "queued" };
-    let values: [&dyn Bind; 11] = [
+    let slot = marks::slot(job.id);
+    let values: [&dyn Bind; 12] = [
         &job.id,
         &job.queue,
         &status,
@@ -78,6 +80,7 @@ pub fn write(conn: &Conn, job: &Row, now: i64) -> Result<i64> {
         job.meta,
         &now,
         &job.start_by,
+        &slot,
     ];
     let max_wait = match job.on_conflict {
         OnConflict::Keep => return conn.exec(concat!(insert_job!(), " ON CONFLICT (id) DO NOTHING"), &values),

@@ -18,7 +18,8 @@ pub fn jitter(conn: &Conn, salt: u64, spread: f64) -> f64 {
     1.0 - spread + 2.0 * spread * unit
 }
 
-fn splitmix64(mut z: u64) -> u64 {
+/// SplitMix64's step: a fixed bijection that mixes every input bit into every output bit.
+pub fn splitmix64(mut z: u64) -> u64 {
     z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
     z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);

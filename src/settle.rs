@@ -87,7 +87,7 @@ pub fn apply(conn: &Conn, job: &Held, q: &Settings, outcome: Outcome, now: i64) 
                     &[&job.seq, &now, &why, &q.has_group_limits()],
                 )
             } else {
-                let msg = format!("{why} on attempt {} of {budget}: its leases ran out", job.attempt);
+                let msg = format!("{why} on attempt {} of {budget}: its leases ran out", job.tries);
                 fail(conn, job.seq, &msg, q, now, true)
             }
         }
@@ -144,8 +144,9 @@ fn parse_outcome(outcome: &Val, value: Option<&Val>) -> Result<Settle> {
     let text = |what: &str| -> Result<String> {
         match &value {
             Val::Text(s) if !s.trim().is_empty() => Ok(s.clone()),
-            Val::Int(i) => Ok(i.to_string()),
-            Val::Real(f) => Ok(f.to_string()),
+            // A number is refused, not turned into text: the contract's value is a message.
+            Val::Int(i) => bail!("outcome '{name}' needs {what} as non-empty text, not the integer {i}"),
+            Val::Real(f) => bail!("outcome '{name}' needs {what} as non-empty text, not the number {f}"),
             _ => bail!("outcome '{name}' needs {what} as non-empty text"),
         }
     };

@@ -2,19 +2,23 @@
 //! (tinyq records its version in tinyq_meta, never in PRAGMA user_version), and the write
 //! transactions that create or migrate it first and hold the write lock from their first read.
 
+use crate::marks;
 use crate::sqlite::Conn;
 use crate::sqlite::{Error, Result};
 
 /// What a new store is created with, at this version.
-const STORE: (i64, &str) = (6, include_str!("../sql/store.sql"));
+const STORE: Step = (6, include_str!("../sql/store.sql"), None);
+
+/// A version, the script that brings a store to it, and what tinyq does after the script.
+type Step = (i64, &'static str, Option<fn(&Conn) -> Result<()>>);
 
 /// Each migration brings a store made by an older tinyq from one version to the next.
-const MIGRATIONS: &[(i64, &str)] = &[
-    (2, include_str!("../sql/migrate_1_to_2.sql")),
-    (3, include_str!("../sql/migrate_2_to_3.sql")),
-    (4, include_str!("../sql/migrate_3_to_4.sql")),
-    (5, include_str!("../sql/migrate_4_to_5.sql")),
-    (6, include_str!("../sql/migrate_5_to_6.sql")),
+const MIGRATIONS: &[Step] = &[
+    (2, include_str!("../sql/migrate_1_to_2.sql"), None),
+    (3, include_str!("../sql/migrate_2_to_3.sql"), None),
+    (4, include_str!("../sql/migrate_3_to_4.sql"), None),
+    (5, include_str!("../sql/migrate_4_to_5.sql"), None),
+    (6, include_str!("../sql/migrate_5_to_6.sql"), Some(marks::migrate)),
 ];
 
 pub fn version() -> i64 {
@@ -71,8 +75,11 @@ pub fn ensure(conn: &Conn) -> Result<()> {
             // statement (the trigger's) is running.
             bail!("this store has schema version {v} and needs an upgrade to {}, which cannot run inside another statement (a trigger): call tinyq once outside one, for example SELECT tq_sweep()", version());
         }
-        for (to, script) in scripts {
+        for (to, script, then) in scripts {
             exec_script(conn, script)?;
+            if let Some(then) = then {
+                then(conn).map_err(|e| Error { code: e.code, msg: format!("creating the store: {}", e.msg) })?;
+            }
             conn.exec(
                 "INSERT INTO tinyq_meta (key, value) VALUES ('schema_version', ?1)
                  ON CONFLICT (key) DO UPDATE SET value = excluded.value",

@@ -26,7 +26,7 @@ enum Look {
 }
 
 /// Every kind of expired row, in the order tq_sweep removes them.
-const KINDS: [Kind; 4] = [settled_jobs, events, tombstones, starts];
+const KINDS: [Kind; 3] = [settled_jobs, events, starts];
 
 /// Runs `delete`, unless asked to look first and `probe` (a SELECT EXISTS, on the first
 /// `probe_params`) finds nothing.
@@ -82,18 +82,6 @@ fn events(conn: &Conn, _: &Settings, now: i64, limit: i64, look: Look) -> Result
     )
 }
 
-/// A tombstone outlives any worker of the cancelled attempt: it is kept for `keep`.
-fn tombstones(conn: &Conn, q: &Settings, now: i64, limit: i64, look: Look) -> Result<i64> {
-    delete_if_any(
-        conn,
-        look,
-        "SELECT EXISTS (SELECT 1 FROM tinyq_tombstones WHERE at < ?1)",
-        "DELETE FROM tinyq_tombstones WHERE id IN (SELECT id FROM tinyq_tombstones WHERE at < ?1 LIMIT ?2 + 0)",
-        &[&(now - q.keep()), &limit],
-        1,
-    )
-}
-
 fn starts(conn: &Conn, q: &Settings, now: i64, limit: i64, look: Look) -> Result<i64> {
     delete_if_any(
         conn,
@@ -120,7 +108,7 @@ pub fn queue(conn: &Conn, q: &Settings, now: i64, limit: i64) -> Result<i64> {
 }
 
 /// What a claim sweeps on the way: one kind per claim, in turn, with the budget of all
-/// four, so that each claim runs one statement for it and the store still stays bounded.
+/// three, so that each claim runs one statement for it and the store still stays bounded.
 pub fn in_turn(conn: &Conn, q: &Settings, now: i64, limit: i64) -> Result<i64> {
     let turn = conn.sweep_turn.get();
     conn.sweep_turn.set(turn.wrapping_add(1));

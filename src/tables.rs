@@ -31,12 +31,21 @@ impl TableFn for Claim {
     const OUTPUT_HIDDEN: &'static [usize] = &[10];
     const DIRECT_ONLY: bool = true;
     const IN_TEMP: bool = true;
+    const LEASES: bool = true;
     fn rows(conn: &Rc<Conn>, filters: &[Option<Val>]) -> Result<Rows> {
-        let given: Vec<Val> = filters.iter().map_while(Clone::clone).collect();
-        if given.len() < 3 || given.len() > 4 || filters.iter().skip(given.len()).any(Option::is_some) {
+        let (args, limit) = filters.split_at(Self::FILTERS.len());
+        let given: Vec<Val> = args.iter().map_while(Clone::clone).collect();
+        if given.len() < 3 || given.len() > 4 || args.iter().skip(given.len()).any(Option::is_some) {
             bail!("expects (queue, worker, n [, options])");
         }
-        let jobs = claim::run(conn, &claim::parse(&given)?)?;
+        let mut req = claim::parse(&given)?;
+        // The statement's LIMIT caps n: it returns no more rows, so no more are leased.
+        match limit.first().cloned().flatten() {
+            Some(Val::Int(0)) => return Ok(Rows::list(vec![])),
+            Some(Val::Int(most)) if most > 0 => req.cap(most),
+            _ => {}
+        }
+        let jobs = claim::run(conn, &req)?;
         Ok(Rows::list(
             jobs.into_iter()
                 .map(|j| {
@@ -52,6 +61,19 @@ impl TableFn for Claim {
                 })
                 .collect(),
         ))
+    }
+    /// Jobs leased for rows SQLite never reached go back in line (see claim::give_back).
+    fn unreached(conn: &Rc<Conn>, filters: &[Option<Val>], rows: Vec<Vec<Val>>) {
+        let Some(Some(Val::Text(queue))) = filters.first() else { return };
+        let jobs: Vec<(String, i64)> = rows
+            .into_iter()
+            .filter_map(|row| match (row.first(), row.get(1)) {
+                (Some(Val::Text(id)), Some(Val::Int(attempt))) => Some((id.clone(), *attempt)),
+                _ => None,
+            })
+            .collect();
+        // If it fails (the lock is taken past the busy timeout), the leases run out as before.
+        let _ = claim::give_back(conn, queue, &jobs);
     }
 }
 

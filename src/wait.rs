@@ -104,6 +104,9 @@ pub fn tq_wait(conn: &Conn, args: &[Val]) -> Result<Out> {
     if !conn.autocommit() {
         bail!("call it outside a transaction: inside one it would hold its snapshot while it waits");
     }
+    if conn.write_in_progress() || conn.any_running(|_, readonly| !readonly) {
+        bail!("call it from a statement that writes nothing (SELECT tq_wait(...)): inside a writing statement it would hold the write lock while it waits");
+    }
     let end = time::system_ms() + timeout;
     let version = |c: &Conn| c.one_int("PRAGMA data_version", &[]);
     let mut seen = version(conn)?;

@@ -60,7 +60,8 @@ def test_old_store_migrates_to_current_on_first_write_keeping_jobs(tmp_path, ver
     assert "tinyq_jobs_held" in indexes and "tinyq_jobs_running" not in indexes and "tinyq_jobs_settled" not in indexes
     triggers = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'")}
     assert {"tinyq_jobs_added", "tinyq_jobs_changed", "tinyq_jobs_progressed", "tinyq_jobs_removed",
-            "tinyq_jobs_cancel_tombstone"} <= triggers
+            "tinyq_jobs_marked"} <= triggers
+    assert "tinyq_jobs_cancel_tombstone" not in triggers
     assert one(db, "PRAGMA integrity_check") == "ok"
     # The user's table and user_version are untouched.
     assert one(db, "SELECT total FROM app_orders") == 42
@@ -194,6 +195,31 @@ def test_long_line_of_a_v4_store_is_cut_into_buckets(tmp_path):
     one(db, "SELECT tq_add('long', '{}', '{\"id\": \"new\", \"priority\": 1}')")
     check_buckets(db)
     assert get(db, "new")["ahead"] == plain_ahead(db, "new")
+    db.close()
+
+
+@pytest.mark.parametrize("version", [2, 5])
+def test_JOB_05_a_migrated_store_keeps_the_attempts_of_its_ids(tmp_path, version):
+    """Schema 6 numbers the attempts of an id added again after those of its jobs that are
+    gone (JOB-05): a migrated store gives its jobs their slots and turns the cancel
+    tombstones it kept into marks, so neither a cancelled id nor a present one starts over."""
+    path = str(tmp_path / "old.db")
+    v1_store(path, version)
+    db = sqlite3.connect(path, isolation_level=None)
+    db.execute("INSERT INTO tinyq_tombstones VALUES ('gone', 3, ?)", (NOW - DAY,))
+    db.close()
+    db = connect(path)
+    one(db, "SELECT tq_clock(?)", NOW)
+    one(db, "SELECT tq_add('other', '{}')")  # the first write migrates
+    assert "tinyq_tombstones" not in {r[0] for r in db.execute("SELECT name FROM sqlite_master")}
+    assert one(db, "SELECT count(*) FROM tinyq_jobs WHERE slot IS NULL AND id NOT LIKE 'tq\\_%' ESCAPE '\\'") == 0
+    one(db, "SELECT tq_add('q', '{}', '{\"id\": \"gone\"}')")
+    assert [r["attempt"] for r in claim(db, "q", "w", 5) if r["id"] == "gone"] == [4]
+    # running-1 (attempt 1) is cancelled, forgotten, added again: it continues after 1.
+    assert one(db, "SELECT tq_cancel('running-1')") == 1
+    one(db, "SELECT tq_add('q', '{}', '{\"id\": \"running-1\"}')")
+    assert [r["attempt"] for r in claim(db, "q", "w", 5) if r["id"] == "running-1"] == [2]
+    assert one(db, "SELECT tq_settle('running-1', 1, 'done')") == 0
     db.close()
 
 

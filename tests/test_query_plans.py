@@ -115,8 +115,23 @@ def with_schedules(conn, step):
             raise
 
 
+def from_an_old_store(path):
+    """The file starts as a store of the previous schema, with a job and a cancel tombstone,
+    written without tinyq: the workload's first write migrates it, through tinyq's own part
+    of the upgrade (src/marks.rs)."""
+    old = sqlite3.connect(path, isolation_level=None)
+    with open(os.path.join(ROOT, "tests", "fixtures", "v5_store.sql")) as f:
+        old.executescript(f.read())
+    old.execute("INSERT INTO tinyq_meta VALUES ('schema_version', 5)")
+    old.execute("INSERT INTO tinyq_jobs (id, queue, status, run_at, payload, created_at, changed_at)"
+                " VALUES ('old', 'old', 'queued', 0, '{}', 0, 0)")
+    old.execute("INSERT INTO tinyq_tombstones VALUES ('gone', 2, 0)")
+    old.close()
+
+
 def workload(conn, path):
     """Every path of every function, on one connection."""
+    from_an_old_store(path)
     on_the_real_clock(conn, path)
     in_transactions(conn)
     pin(conn, T0)
@@ -241,12 +256,26 @@ def flat(sql):
     return " ".join(sql.split())
 
 
+def plan(conn, sql):
+    """EXPLAIN QUERY PLAN of `sql` (the plan needs no values: NULL for each parameter)."""
+    numbered = [int(n) for n in re.findall(r"\?(\d+)", sql)]
+    n = max(numbered) if numbered else sql.count("?")
+    return conn.execute("EXPLAIN QUERY PLAN " + sql, [None] * n).fetchall()
+
+
 def bad_steps(conn, sql):
     """The plan steps of `sql` that scan a table or build a temporary b-tree."""
-    numbered = [int(n) for n in re.findall(r"\?(\d+)", sql)]
-    n = max(numbered) if numbered else sql.count("?")  # the plan needs no values: NULL for each
-    plan = conn.execute("EXPLAIN QUERY PLAN " + sql, [None] * n).fetchall()
-    return [row[3] for row in plan if BAD.match(row[3])]
+    return [row[3] for row in plan(conn, sql) if BAD.match(row[3])]
+
+
+def gone(conn, sql):
+    """Does `sql` read a table that is gone? Only a migration's own statements do (the
+    tables it reads, then drops): they run once per store, never on a claim."""
+    try:
+        plan(conn, sql)
+        return False
+    except sqlite3.OperationalError as e:
+        return str(e).startswith("no such table: tinyq_")
 
 
 def allowed(sql, step):
@@ -283,6 +312,8 @@ def test_no_statement_scans_or_sorts_unless_allowed(tmp_path):
     viewer = connect(path)
     found = []
     for sql in sqls:
+        if gone(viewer, sql):
+            continue
         for step in bad_steps(viewer, sql):
             if not allowed(sql, step):
                 found.append(f"{step}\n    in: {flat(sql)}")
@@ -298,6 +329,8 @@ def test_every_allowlist_entry_is_still_used(tmp_path):
     viewer = connect(path)
     used = set()
     for sql in sqls:
+        if gone(viewer, sql):
+            continue
         for step in bad_steps(viewer, sql):
             for i, (frag, step_frag, _) in enumerate(ALLOWED):
                 if frag in flat(sql) and step_frag in step:

@@ -277,10 +277,11 @@ def test_CRON_01_paused_schedule_adds_nothing_and_resumes_at_its_next_time(db):
 
 def test_CRON_01_a_job_of_a_due_time_still_present_is_not_added_again(db):
     """The ids guard as well as the write lock: a job already there under the occurrence id
-    (here added by hand) is kept, and the schedule moves on."""
+    (here put there by hand: tq_add refuses such an id) is kept, and the schedule moves on."""
     t0 = ms("2026-12-01T10:00:00Z")
     pin(db, t0)
-    one(db, "SELECT tq_add('q', '\"by hand\"', '{\"id\": \"h@2026-12-01T10:01:00Z\", \"delay\": \"1h\"}')")
+    one(db, "SELECT tq_add('q', '\"by hand\"', '{\"id\": \"by-hand\", \"delay\": \"1h\"}')")
+    db.execute("UPDATE tinyq_jobs SET id = 'h@2026-12-01T10:01:00Z' WHERE id = 'by-hand'")
     schedule(db, "h", "q", "@every 1m")
     pin(db, t0 + 60_000)
     assert taken(db, "q") == []
@@ -413,7 +414,7 @@ BAD = [
     (("d", "q", "@daily", "{}", '{"paused": "yes"}'), "tq_schedule: option \"paused\" must be true or false"),
     (("d", "q", "@daily", "{}", '{"priority": "high"}'), "tq_schedule: option \"priority\" must be an integer"),
     (("d", "q", "@daily", "{}", '{"meta": [1]}'), "tq_schedule: option \"meta\" must be a JSON object"),
-    (("d", "q", "@daily", "{}", "not json"), "tq_schedule: options must be a JSON object"),
+    (("d", "q", "@daily", "{}", "not json"), "tq_schedule: options are not valid JSON"),
     (("d", "q", 5, "{}"), "tq_schedule: when must be text"),
     (("d", "q", "@daily", None), "tq_schedule: payload must not be NULL"),
     ((None, "q", "@daily", "{}"), "tq_schedule: name must be text"),

@@ -6,7 +6,7 @@ use serde_json::json;
 
 use crate::sqlite::Conn;
 use crate::sqlite::{Out, Result, Val};
-use crate::{options, store};
+use crate::{json, options, store};
 
 /// tq_schedule_get(name) -> JSON of the schedule, or NULL when there is no such schedule.
 pub fn tq_schedule_get(conn: &Conn, args: &[Val]) -> Result<Out> {
@@ -28,23 +28,25 @@ pub fn describe(conn: &Conn, name: &str) -> Result<Option<String>> {
         &[&name],
         |st| {
             let paused = st.int(10) != 0;
+            let payload = st.val(4);
             let obj = json!({
                 "name": st.text(0),
                 "queue": st.text(1),
                 "when": st.text(2),
                 "tz": st.text(3),
-                "payload": st.val(4).to_json(),
+                "payload_type": json::kind(&payload),
                 "priority": st.int(5),
                 "group": st.text(6),
                 "attempts": st.opt_int(7),
-                "meta": st.val(8).to_json(),
                 "missed": st.text(9),
                 "paused": paused,
                 "next_at": if paused { None } else { st.opt_int(11) },
                 "last_at": st.opt_int(12),
                 "last_id": st.text(13),
             });
-            obj.to_string()
+            // The payload and meta as stored (json.rs), so that passing them back to
+            // tq_schedule keeps them byte for byte.
+            json::object(obj, &[("payload", &payload), ("meta", &st.val(8))])
         },
     )
 }

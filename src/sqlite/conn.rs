@@ -6,7 +6,7 @@
 
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
-use std::ffi::{c_char, c_int, c_void, CString};
+use std::ffi::{c_char, c_int, c_void, CStr, CString};
 use std::hash::BuildHasherDefault;
 
 use super::ffi::{c_text, sql, sqlite3, sqlite3_stmt};
@@ -232,16 +232,40 @@ impl Conn {
             // one call instead of a walk over every prepared statement (the cache included).
             return unsafe { sql!(txn_state(self.db, std::ptr::null())) } == SQLITE_TXN_WRITE;
         }
+        self.any_running(|_, readonly| !readonly)
+    }
+
+    /// Does `test` hold for a statement of this connection that is running right now
+    /// (stepped, and neither done nor reset)? `test` gets the statement's SQL text (None
+    /// when SQLite kept none: sqlite3_prepare v1) and whether it is read-only. What the
+    /// schema runs (a trigger, a CHECK constraint) runs inside the statement that set it
+    /// off, so this walk sees statements that an application, or tinyq, prepared.
+    pub fn any_running(&self, mut test: impl FnMut(Option<&[u8]>, bool) -> bool) -> bool {
+        // SAFETY: next_stmt walks this live connection's statements, and `test` cannot
+        // finalize one (it gets bytes, not the statement); sqlite3_sql's text lives as
+        // long as its statement.
         unsafe {
             let mut p = sql!(next_stmt(self.db, std::ptr::null_mut()));
             while !p.is_null() {
-                if sql!(stmt_busy(p)) != 0 && sql!(stmt_readonly(p)) == 0 {
-                    return true;
+                if sql!(stmt_busy(p)) != 0 {
+                    let text = sql!(sql(p));
+                    let text = (!text.is_null()).then(|| CStr::from_ptr(text).to_bytes());
+                    if test(text, sql!(stmt_readonly(p)) != 0) {
+                        return true;
+                    }
                 }
                 p = sql!(next_stmt(self.db, p));
             }
         }
         false
+    }
+
+    /// sqlite3_db_config(op, -1, &out): reads one of the connection's on/off settings.
+    pub fn db_config(&self, op: c_int) -> c_int {
+        let mut out: c_int = 0;
+        // SAFETY: the on/off ops take (int, int*); -1 leaves the setting as it is.
+        unsafe { sql!(db_config(self.db, op, -1 as c_int, &raw mut out)) };
+        out
     }
 
     pub fn autocommit(&self) -> bool {

@@ -7,8 +7,8 @@ use std::ffi::{c_char, c_int, c_void, CStr};
 
 pub(crate) use super::api::sql;
 pub use super::api::{
-    sqlite3, sqlite3_api_routines, sqlite3_context, sqlite3_index_info, sqlite3_module, sqlite3_stmt, sqlite3_value,
-    sqlite3_vtab, sqlite3_vtab_cursor,
+    sqlite3, sqlite3_api_routines, sqlite3_context, sqlite3_index_constraint, sqlite3_index_info, sqlite3_module,
+    sqlite3_stmt, sqlite3_value, sqlite3_vtab, sqlite3_vtab_cursor,
 };
 
 use super::{Error, Out, Val};
@@ -48,7 +48,7 @@ impl Val {
                 let bytes = if p.is_null() { &[][..] } else { std::slice::from_raw_parts(p, n) };
                 match std::str::from_utf8(bytes) {
                     Ok(s) => Val::Text(s.to_owned()),
-                    Err(_) => Val::Blob(bytes.to_vec()),
+                    Err(_) => Val::BadText(bytes.to_vec()),
                 }
             }
             SQLITE_BLOB => {
@@ -73,7 +73,9 @@ pub unsafe fn set_result(ctx: *mut sqlite3_context, out: Out) {
         Out::Text(s) | Out::Val(Val::Text(s)) => {
             sql!(result_text64(ctx, s.as_ptr().cast::<c_char>(), s.len() as u64, transient(), 1));
         }
-        Out::Val(Val::Blob(b)) => sql!(result_blob64(ctx, b.as_ptr().cast::<c_void>(), b.len() as u64, transient())),
+        Out::Val(Val::Blob(b) | Val::BadText(b)) => {
+            sql!(result_blob64(ctx, b.as_ptr().cast::<c_void>(), b.len() as u64, transient()));
+        }
     }
 }
 

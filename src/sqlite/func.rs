@@ -5,6 +5,7 @@
 use std::ffi::{c_int, c_void, CString};
 use std::rc::Rc;
 
+use super::direct::{self, Callers};
 use super::ffi::{set_error, set_result, sql, sqlite3_context, sqlite3_value};
 use super::{guard, prefixed, Conn, Error, Out, Result, Val};
 
@@ -20,11 +21,19 @@ struct Entry {
     name: &'static str,
     body: Body,
     conn: Rc<Conn>,
+    callers: Callers,
 }
 
 /// Registers `body` as `name` with `n_args` arguments (-1: any number; the body checks).
 pub fn register(conn: &Rc<Conn>, name: &'static str, n_args: c_int, flags: c_int, body: Body) -> Result<()> {
-    let entry = Box::into_raw(Box::new(Entry { name, body, conn: conn.clone() }));
+    let callers = if flags & DIRECT_ONLY != 0 {
+        Callers::Direct
+    } else if flags & INNOCUOUS != 0 {
+        Callers::Anyone
+    } else {
+        Callers::Trusted
+    };
+    let entry = Box::into_raw(Box::new(Entry { name, body, conn: conn.clone(), callers }));
     let cname = CString::new(name).expect("function name");
     // SAFETY: SQLite owns `entry` from here and hands it to `destroy` when it drops the function.
     let rc = unsafe {
@@ -50,6 +59,8 @@ pub fn register(conn: &Rc<Conn>, name: &'static str, n_args: c_int, flags: c_int
 unsafe extern "C" fn call(ctx: *mut sqlite3_context, argc: c_int, argv: *mut *mut sqlite3_value) {
     let entry = &*sql!(user_data(ctx)).cast::<Entry>();
     let r = guard(|| {
+        // SQLite's flags do not reach every schema object on every version (SEC-01).
+        direct::check(&entry.conn, entry.name, entry.callers)?;
         let _depth = entry.conn.enter()?;
         let argv = std::slice::from_raw_parts(argv, usize::try_from(argc).unwrap_or(0));
         let args: Vec<Val> = argv.iter().map(|v| Val::from_raw(*v)).collect();

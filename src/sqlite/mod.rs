@@ -15,6 +15,7 @@ mod value;
 
 pub(crate) mod checkpoint;
 mod conn;
+mod direct;
 mod func;
 mod inotify;
 mod load;

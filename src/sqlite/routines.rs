@@ -7,8 +7,9 @@ use std::ffi::{c_char, c_int};
 use std::sync::atomic::{AtomicPtr, Ordering};
 
 pub use sqlite_loadable::ext::{
-    sqlite3, sqlite3_api_routines, sqlite3_context, sqlite3_index_info, sqlite3_module, sqlite3_stmt, sqlite3_value,
-    sqlite3_vtab, sqlite3_vtab_cursor,
+    sqlite3, sqlite3_api_routines, sqlite3_context, sqlite3_index_info,
+    sqlite3_index_info_sqlite3_index_constraint as sqlite3_index_constraint, sqlite3_module, sqlite3_stmt,
+    sqlite3_value, sqlite3_vtab, sqlite3_vtab_cursor,
 };
 
 static API: AtomicPtr<sqlite3_api_routines> = AtomicPtr::new(std::ptr::null_mut());

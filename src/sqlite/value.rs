@@ -8,6 +8,8 @@ pub enum Val {
     Real(f64),
     Text(String),
     Blob(Vec<u8>),
+    /// Text whose bytes are not valid UTF-8: refused wherever text is read, and named so.
+    BadText(Vec<u8>),
 }
 
 impl Val {
@@ -23,16 +25,7 @@ impl Val {
             Val::Real(_) => "a real",
             Val::Text(_) => "text",
             Val::Blob(_) => "a blob",
-        }
-    }
-
-    /// This value as JSON: text that parses as JSON is embedded, other text is a string.
-    pub fn to_json(&self) -> serde_json::Value {
-        match self {
-            Val::Null | Val::Blob(_) => serde_json::Value::Null,
-            Val::Int(i) => (*i).into(),
-            Val::Real(f) => serde_json::Number::from_f64(*f).map_or(serde_json::Value::Null, Into::into),
-            Val::Text(s) => serde_json::from_str(s).unwrap_or_else(|_| s.clone().into()),
+            Val::BadText(_) => "text that is not valid UTF-8",
         }
     }
 }

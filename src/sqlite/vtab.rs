@@ -7,12 +7,14 @@ use std::rc::Rc;
 use std::sync::Mutex;
 
 use super::ffi::{
-    set_result, sql, sqlite3, sqlite3_context, sqlite3_index_info, sqlite3_module, sqlite3_value, sqlite3_vtab,
-    sqlite3_vtab_cursor, sqlite_string, NO_METHODS,
+    set_result, sql, sqlite3, sqlite3_context, sqlite3_index_constraint, sqlite3_index_info, sqlite3_module,
+    sqlite3_value, sqlite3_vtab, sqlite3_vtab_cursor, sqlite_string, NO_METHODS,
 };
 use super::{guard, prefixed, Conn, Error, Out, Result, Stmt, Val, SQLITE_ERROR, SQLITE_OK};
 
 const SQLITE_INDEX_CONSTRAINT_EQ: u8 = 2;
+const SQLITE_INDEX_CONSTRAINT_LIMIT: u8 = 73;
+const SQLITE_INDEX_CONSTRAINT_OFFSET: u8 = 74;
 const SQLITE_VTAB_INNOCUOUS: c_int = 2;
 const SQLITE_VTAB_DIRECTONLY: c_int = 3;
 
@@ -32,6 +34,14 @@ impl Rows {
     pub fn query(st: Stmt<'_>) -> Rows {
         // SAFETY: the cursor keeps the `Rc<Conn>` alive and drops the rows first.
         Rows::Query(unsafe { std::mem::transmute::<Stmt<'_>, Stmt<'static>>(st) })
+    }
+
+    /// The listed rows not handed out yet (a query's are not kept: none).
+    fn rest(&mut self) -> Vec<Vec<Val>> {
+        match self {
+            Rows::Listed(it) => it.collect(),
+            Rows::Query(_) => vec![],
+        }
     }
 
     fn next(&mut self, width: usize) -> Result<Option<Vec<Val>>> {
@@ -57,7 +67,16 @@ pub trait TableFn: 'static {
     const DIRECT_ONLY: bool;
     /// Also create it as a table in `temp` (see `register`).
     const IN_TEMP: bool = false;
+    /// Its rows are leased as they are made (tq_claim): a constraint on a column that is not
+    /// an argument, or an OFFSET, is refused when the statement is prepared (it would drop
+    /// rows already leased), and the statement's LIMIT, when SQLite passes it, comes to
+    /// `rows` as one more filter after FILTERS' (None: no LIMIT SQLite could pass).
+    const LEASES: bool = false;
     fn rows(conn: &Rc<Conn>, filters: &[Option<Val>]) -> Result<Rows>;
+    /// The rows SQLite never reached (no column read, not stepped past) when it stopped
+    /// early: a LIMIT it did not pass, an error in a later column. Called when the cursor
+    /// closes or filters again; errors are the table's to report, so there are none.
+    fn unreached(_conn: &Rc<Conn>, _filters: &[Option<Val>], _rows: Vec<Vec<Val>>) {}
     /// Called when SQLite disconnects the table (the connection is closing).
     fn disconnect(_conn: &Conn) {}
     fn connect(_conn: &Conn) {}
@@ -76,6 +95,8 @@ struct Cursor {
     conn: Rc<Conn>,
     filters: Vec<Option<Val>>,
     row: Option<Vec<Val>>,
+    /// SQLite read a column of `row`.
+    seen: bool,
     rowid: i64,
     visible: usize,
     output_hidden: &'static [usize],
@@ -101,7 +122,7 @@ fn module<T: TableFn>(creatable: bool) -> &'static sqlite3_module {
         xDisconnect: Some(x_disconnect::<T>),
         xDestroy: Some(x_disconnect::<T>),
         xOpen: Some(x_open::<T>),
-        xClose: Some(x_close),
+        xClose: Some(x_close::<T>),
         xFilter: Some(x_filter::<T>),
         xNext: Some(x_next),
         xEof: Some(x_eof),
@@ -206,12 +227,16 @@ unsafe extern "C" fn x_disconnect<T: TableFn>(vtab: *mut sqlite3_vtab) -> c_int 
     SQLITE_OK
 }
 
-/// Passes `=` constraints on the filter columns to xFilter, in FILTERS order.
+/// Passes `=` constraints on the filter columns to xFilter, in FILTERS order (and, for a
+/// table that LEASES, the LIMIT after them).
 unsafe extern "C" fn x_best_index<T: TableFn>(vtab: *mut sqlite3_vtab, info: *mut sqlite3_index_info) -> c_int {
     run(vtab, T::NAME, || {
         let info = &mut *info;
         let cons = std::slice::from_raw_parts(info.aConstraint, info.nConstraint as usize);
         let usage = std::slice::from_raw_parts_mut(info.aConstraintUsage, info.nConstraint as usize);
+        if T::LEASES {
+            refuse_filters::<T>(cons)?;
+        }
         let mut mask = 0;
         for (k, &col) in T::FILTERS.iter().enumerate() {
             if let Some(i) = cons
@@ -223,17 +248,46 @@ unsafe extern "C" fn x_best_index<T: TableFn>(vtab: *mut sqlite3_vtab, info: *mu
                 usage[i].omit = 1;
             }
         }
+        if T::LEASES {
+            // SQLite still applies the LIMIT itself (omit stays 0); the table claims no more.
+            if let Some(i) = cons.iter().position(|c| c.op == SQLITE_INDEX_CONSTRAINT_LIMIT && c.usable != 0) {
+                mask |= 1 << T::FILTERS.len();
+                usage[i].argvIndex = (mask as u32).count_ones() as c_int;
+            }
+        }
         // A constraint that is present but not usable yet: prefer plans that make it usable.
         let wanted = T::FILTERS
             .iter()
             .filter(|&&col| cons.iter().any(|c| c.iColumn as usize == col && c.op == SQLITE_INDEX_CONSTRAINT_EQ))
             .count();
-        let have = (mask as u32).count_ones() as usize;
+        let have = (mask as u32 & ((1 << T::FILTERS.len()) - 1)).count_ones() as usize;
         info.idxNum = mask;
         info.estimatedCost = if have == wanted { 10.0 / (1 + have) as f64 } else { 1e12 };
         info.estimatedRows = 100;
         Ok(())
     })
+}
+
+/// A table whose rows are leased takes no filter on its output and no OFFSET: either
+/// would drop rows it already leased, which then run out unseen.
+fn refuse_filters<T: TableFn>(cons: &[sqlite3_index_constraint]) -> Result<()> {
+    for c in cons {
+        if c.op == SQLITE_INDEX_CONSTRAINT_OFFSET {
+            bail!("claim, then skip: an OFFSET would lease the jobs it skips; take every row it claims (LIMIT alone caps n)");
+        }
+        if c.op != SQLITE_INDEX_CONSTRAINT_LIMIT && !T::FILTERS.contains(&(c.iColumn as usize)) {
+            let column = column_name(T::SCHEMA, c.iColumn);
+            bail!("claim, then filter: a WHERE or join on its column \"{column}\" would lease jobs the statement never returns; take every row it claims (a LIMIT caps n) and filter them after");
+        }
+    }
+    Ok(())
+}
+
+/// The name of column `i` in a CREATE TABLE x(...) schema ("rowid" for -1).
+fn column_name(schema: &str, i: c_int) -> String {
+    let Ok(i) = usize::try_from(i) else { return "rowid".into() };
+    let inner = schema.split_once('(').map_or("", |(_, rest)| rest.trim_end().trim_end_matches(')'));
+    inner.split(',').nth(i).and_then(|c| c.split_whitespace().next()).unwrap_or("?").to_string()
 }
 
 unsafe extern "C" fn x_open<T: TableFn>(vtab: *mut sqlite3_vtab, pp: *mut *mut sqlite3_vtab_cursor) -> c_int {
@@ -245,6 +299,7 @@ unsafe extern "C" fn x_open<T: TableFn>(vtab: *mut sqlite3_vtab, pp: *mut *mut s
             conn,
             filters: vec![],
             row: None,
+            seen: false,
             rowid: 0,
             visible: T::VISIBLE,
             output_hidden: T::OUTPUT_HIDDEN,
@@ -255,12 +310,29 @@ unsafe extern "C" fn x_open<T: TableFn>(vtab: *mut sqlite3_vtab, pp: *mut *mut s
     })
 }
 
-unsafe extern "C" fn x_close(cur: *mut sqlite3_vtab_cursor) -> c_int {
+unsafe extern "C" fn x_close<T: TableFn>(cur: *mut sqlite3_vtab_cursor) -> c_int {
     let _ = guard(|| {
-        drop(Box::from_raw(cur.cast::<Cursor>()));
+        let mut c = Box::from_raw(cur.cast::<Cursor>());
+        hand_back::<T>(&mut c);
         Ok(())
     });
     SQLITE_OK
+}
+
+/// Gives the table the rows SQLite never reached, if it stopped before the end.
+fn hand_back<T: TableFn>(c: &mut Cursor) {
+    let Some(mut rows) = c.rows.take() else { return };
+    let mut left: Vec<Vec<Val>> = c.row.take().filter(|_| !c.seen).into_iter().collect();
+    left.extend(rows.rest());
+    drop(rows);
+    if !left.is_empty() {
+        let conn = c.conn.clone();
+        let depth = conn.enter();
+        if depth.is_ok() {
+            T::unreached(&conn, &c.filters, left);
+        }
+        drop(depth);
+    }
 }
 
 unsafe extern "C" fn x_filter<T: TableFn>(
@@ -272,13 +344,16 @@ unsafe extern "C" fn x_filter<T: TableFn>(
 ) -> c_int {
     let c = &mut *cur.cast::<Cursor>();
     run(c.base.pVtab, T::NAME, || {
+        hand_back::<T>(c);
         let args = std::slice::from_raw_parts(argv, argc as usize);
         let mut given = args.iter();
-        c.filters = (0..T::FILTERS.len())
+        let passed = T::FILTERS.len() + usize::from(T::LEASES);
+        c.filters = (0..passed)
             .map(|k| if idx_num & (1 << k) != 0 { given.next().map(|v| Val::from_raw(*v)) } else { None })
             .collect();
         c.rows = None;
         c.row = None;
+        c.seen = false;
         c.rowid = 0;
         let conn = c.conn.clone();
         let _depth = conn.enter()?;
@@ -288,6 +363,7 @@ unsafe extern "C" fn x_filter<T: TableFn>(
 }
 
 fn advance(c: &mut Cursor) -> Result<()> {
+    c.seen = false;
     c.row = match c.rows.as_mut() {
         Some(rows) => rows.next(c.visible + c.output_hidden.len())?,
         None => None,
@@ -306,7 +382,8 @@ unsafe extern "C" fn x_eof(cur: *mut sqlite3_vtab_cursor) -> c_int {
 }
 
 unsafe extern "C" fn x_column(cur: *mut sqlite3_vtab_cursor, ctx: *mut sqlite3_context, i: c_int) -> c_int {
-    let c = &*cur.cast::<Cursor>();
+    let c = &mut *cur.cast::<Cursor>();
+    c.seen = true;
     let i = i as usize;
     let v = if i < c.visible {
         c.row.as_ref().and_then(|r| r.get(i).cloned())

@@ -1,0 +1,185 @@
+"""JOB-05: an attempt belongs to one job for ever. Once its job is gone (done or failed and
+swept, or cancelled) and the id is added again, none of the old attempt's calls (settle,
+renew, step_put, progress) acts on the new job, however long the old worker waited:
+the new job's attempt numbers continue above every attempt the id (or an id sharing its
+slot, docs/design.md "Attempts across jobs of one id") ever had.
+"""
+import json
+
+import pytest
+
+from helpers import DAY, HOUR, MIN, T0, add, claim, connect, get, one, pin, settle, setq, snapshot
+from support.proc_worker import Holder
+
+
+def stale_calls_change_nothing(db, jid, attempt):
+    """Every call a stale worker of (jid, attempt) can make: each returns 'stale' and the
+    store is left exactly as it was."""
+    before = snapshot(db)
+    assert settle(db, jid, attempt, "done", "stale") == 0
+    assert settle(db, jid, attempt, "fail", "stale") == 0
+    assert one(db, "SELECT tq_renew(?, ?, '1h')", jid, attempt) is None
+    assert one(db, "SELECT tq_step_put(?, ?, 'answer', 'stale')", jid, attempt) is None
+    assert one(db, "SELECT tq_progress(?, ?, '\"stale\"')", jid, attempt) == 0
+    assert snapshot(db) == before
+
+
+def end_and_forget(db, queue, jid, how, attempt):
+    """Ends the job (id, attempt) the way `how` says, and lets tinyq forget it."""
+    if how == "done":
+        assert settle(db, jid, attempt, "done") == 1
+    elif how == "failed":
+        assert settle(db, jid, attempt, "fail", "no") == 1
+    else:
+        assert one(db, "SELECT tq_cancel(?)", jid) == 1
+    pin(db, T0 + DAY)  # past dedupe and keep (both 0), and any tombstone's time
+    one(db, "SELECT tq_sweep()")
+    assert get(db, jid) is None
+
+
+@pytest.mark.parametrize("how", ["done", "failed", "cancelled"])
+def test_JOB_05_an_attempt_of_a_swept_job_cannot_act_on_the_id_added_again(db, how):
+    """dedupe 0 frees a done id at once, keep 0 a failed one (and, before schema 6, the
+    tombstone of a cancelled one)."""
+    pin(db, T0)
+    setq(db, "q", dedupe=0, keep=0, lease="1h")
+    add(db, "q", id="x")
+    (old,) = claim(db, "q", "old-worker")
+    assert (old["id"], old["attempt"]) == ("x", 1)
+    end_and_forget(db, "q", "x", how, 1)
+    assert add(db, "q", '{"new": 1}', id="x") == "x"
+    stale_calls_change_nothing(db, "x", 1)  # before the new job is claimed
+    (new,) = claim(db, "q", "new-worker")
+    assert new["id"] == "x" and new["attempt"] > 1 and json.loads(new["payload"]) == {"new": 1}
+    stale_calls_change_nothing(db, "x", 1)  # while it runs
+    assert get(db, "x")["state"] == "running"
+    assert one(db, "SELECT tq_step_put('x', ?, 'answer', 'new')", new["attempt"]) == "new"
+    assert settle(db, "x", new["attempt"], "done") == 1
+    assert get(db, "x")["state"] == "done"
+
+
+def test_JOB_05_an_id_freed_by_its_own_add_continues_its_attempts(db):
+    """With dedupe 0 the add itself frees the done id (no sweep needed): the same holds."""
+    pin(db, T0)
+    setq(db, "q", dedupe=0)
+    for round_ in range(3):
+        add(db, "q", id="again")
+        (job,) = claim(db, "q")
+        assert job["attempt"] == round_ + 1
+        for stale in range(1, job["attempt"]):
+            stale_calls_change_nothing(db, "again", stale)
+        assert settle(db, "again", job["attempt"], "done") == 1
+        pin(db, T0 + (round_ + 1) * MIN)
+
+
+def test_JOB_05_attempts_continue_after_retries_of_the_old_job(db):
+    """The old job ran three attempts (two lease expiries): the new one starts after all three."""
+    pin(db, T0)
+    setq(db, "q", dedupe=0, lease="1m")
+    add(db, "q", id="r")
+    for attempt in (1, 2, 3):
+        (job,) = claim(db, "q")
+        assert job["attempt"] == attempt
+        pin(db, T0 + attempt * HOUR)  # its lease runs out
+    assert settle(db, "r", 3, "done") == 1
+    pin(db, T0 + DAY)
+    add(db, "q", id="r")
+    (job,) = claim(db, "q")
+    assert job["attempt"] > 3
+    for stale in (1, 2, 3):
+        stale_calls_change_nothing(db, "r", stale)
+
+
+def test_JOB_05_first_claims_of_new_ids_are_attempt_1(db):
+    """Readable numbers: an id never seen before (generated or chosen, in a fresh store)
+    is claimed first as attempt 1; `tries` stays the budget count either way."""
+    pin(db, T0)
+    setq(db, "q", dedupe=0)
+    jobs = [add(db, "q")] + [add(db, "q", id=f"order:{i}") for i in range(50)]
+    got = claim(db, "q", n=100)
+    assert sorted(j["id"] for j in got) == sorted(jobs)
+    assert {j["attempt"] for j in got} == {1}
+    for j in got:
+        assert settle(db, j["id"], j["attempt"], "done") == 1
+    # Generated ids never repeat, so they never continue anyone's numbers.
+    pin(db, T0 + DAY)
+    one(db, "SELECT tq_sweep()")
+    fresh = add(db, "q")
+    (job,) = claim(db, "q")
+    assert (job["id"], job["attempt"]) == (fresh, 1)
+
+
+def test_JOB_05_the_budget_counts_tries_not_attempt_numbers(db):
+    """A re-added id starts with a fresh budget, whatever its first attempt number is."""
+    pin(db, T0)
+    setq(db, "q", dedupe=0, keep="1h", lease="1m", attempts=2)
+    add(db, "q", id="b")
+    (job,) = claim(db, "q")
+    assert settle(db, "b", 1, "fail", "gone") == 1
+    pin(db, T0 + DAY)
+    one(db, "SELECT tq_sweep()")
+    add(db, "q", id="b")
+    first = claim(db, "q")[0]["attempt"]
+    pin(db, T0 + DAY + HOUR)
+    second = claim(db, "q")[0]["attempt"]   # the first lease ran out: a second try
+    assert second == first + 1
+    pin(db, T0 + DAY + 2 * HOUR)
+    assert claim(db, "q") == []             # two tries used: failed for good
+    job = get(db, "b")
+    assert job["state"] == "failed"
+    assert job["error"] == "lease expired on attempt 2 of 2: its leases ran out"
+
+
+def test_JOB_05_a_stale_worker_in_another_process_cannot_settle_the_new_job(db_path):
+    """A real second process claims 'x' and keeps (x, 1) while it stalls; its job is
+    cancelled and forgotten, the id is added again and claimed here. The stalled process
+    then wakes and calls settle, renew, step_put and progress with (x, 1): all stale."""
+    db = connect(db_path)
+    setq(db, "q", dedupe=0, keep=0, lease="1h")
+    add(db, "q", '{"old": 1}', id="x")
+    stalled = Holder(db_path, "q", n=1, worker="stalled")
+    try:
+        assert [(r["id"], r["attempt"]) for r in stalled.rows] == [("x", 1)]
+        assert one(db, "SELECT tq_cancel('x')") == 1
+        pin(db, int(one(db, "SELECT tq_now()")) + DAY)
+        one(db, "SELECT tq_sweep()")
+        one(db, "SELECT tq_clock(NULL)")
+        add(db, "q", '{"new": 1}', id="x")
+        (new,) = claim(db, "q", "fresh")
+        assert new["attempt"] > 1
+        before = snapshot(db)
+        assert stalled.sql("SELECT tq_settle('x', 1, 'done', 'stale')") == 0
+        assert stalled.sql("SELECT tq_renew('x', 1, '1h')") is None
+        assert stalled.sql("SELECT tq_step_put('x', 1, 'answer', 'stale')") is None
+        assert stalled.sql("SELECT tq_progress('x', 1, '99')") == 0
+        assert snapshot(db) == before
+        assert settle(db, "x", new["attempt"], "done", "fresh") == 1
+        assert get(db, "x")["result"] == "fresh"
+    finally:
+        stalled.exit()
+        stalled.close()
+    db.close()
+
+
+def test_JOB_05_marks_are_kept_per_slot_not_per_id(db):
+    """The marks are a fixed table of 65536 slots: ids that come and go raise the marks
+    of their slots and add no rows of their own, however often they come back."""
+    pin(db, T0)
+    setq(db, "q", dedupe=0)
+    for round_ in range(2):
+        db.execute("BEGIN IMMEDIATE")
+        db.execute("WITH RECURSIVE c(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM c WHERE i < 3000) "
+                   "SELECT count(tq_add('q', '{}', json_object('id', 'id-' || i))) FROM c")
+        db.execute("COMMIT")
+        slots = one(db, "SELECT count(DISTINCT slot) FROM tinyq_jobs")
+        assert one(db, "SELECT min(slot) >= 0 AND max(slot) < 65536 FROM tinyq_jobs") == 1
+        while True:
+            got = claim(db, "q", n=1000)
+            if not got:
+                break
+            for job in got:
+                settle(db, job["id"], job["attempt"], "done")
+        pin(db, T0 + (round_ + 1) * DAY)
+        one(db, "SELECT tq_sweep()")
+        assert one(db, "SELECT count(*) FROM tinyq_jobs") == 0
+        assert one(db, "SELECT count(*) FROM tinyq_marks") == slots
