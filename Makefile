@@ -176,7 +176,8 @@ npm-pack: $(EXT)
 
 # Everything a release publishes, built and tried, in dist/release/ (scripts/release.sh):
 # the tarballs, the manylinux2014 wheels and the tinyq.so of x86_64 and aarch64 (glibc 2.17),
-# the npm tarball with both, the crate. Not part of `make test`: 20-30 minutes from a fresh clone.
+# the npm tarball with both, the crate. Not part of `make test`: 27 minutes from a fresh clone
+# on a busy 2-core machine (7 of them better-sqlite3's build for node/node_modules), 4 warm.
 release: node/node_modules | deps
 	PY=$(PY) bash scripts/release.sh
 

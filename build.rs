@@ -7,20 +7,27 @@ fn main() {
     // `make install` puts libtinyq.so in /usr/local/lib; ldconfig lists it under its soname,
     // so that a bare `.load tinyq` (dlopen("tinyq.so")) finds it from any folder.
     println!("cargo:rustc-cdylib-link-arg=-Wl,-soname,tinyq.so");
-    // The commit tq_debug() reports.
-    let commit = std::process::Command::new("git")
-        .args(["rev-parse", "--short", "HEAD"])
-        .output()
-        .ok()
-        .filter(|o| o.status.success())
-        .map_or_else(|| "unknown".into(), |o| String::from_utf8_lossy(&o.stdout).trim().to_string());
+    // The commit tq_debug() reports ("unknown" outside a git checkout, as in a packaged crate).
+    let commit = git(&["rev-parse", "--short", "HEAD"]).unwrap_or_else(|| "unknown".into());
     println!("cargo:rustc-env=TINYQ_COMMIT={commit}");
-    // Again when HEAD moves: to another branch (.git/HEAD) or to a new commit on this one
-    // (the branch's ref file, which .git/HEAD names).
-    println!("cargo:rerun-if-changed=.git/HEAD");
-    if let Ok(head) = std::fs::read_to_string(".git/HEAD") {
-        if let Some(branch) = head.trim().strip_prefix("ref: ") {
-            println!("cargo:rerun-if-changed=.git/{branch}");
+    // Again when HEAD moves: to another branch (HEAD) or to a new commit on this one (the
+    // branch's ref, loose or packed). Git says where those files are (in a worktree, .git is
+    // a file and they live elsewhere); only files that exist are named, since cargo reruns a
+    // build script at every build for a missing one, and that rebuilt tinyq every time.
+    println!("cargo:rerun-if-changed=build.rs");
+    let mut watched = vec![git(&["rev-parse", "--git-path", "HEAD"]), git(&["rev-parse", "--git-path", "packed-refs"])];
+    if let Some(branch) = git(&["symbolic-ref", "-q", "HEAD"]) {
+        watched.push(git(&["rev-parse", "--git-path", &branch]));
+    }
+    for path in watched.into_iter().flatten() {
+        if std::path::Path::new(&path).exists() {
+            println!("cargo:rerun-if-changed={path}");
         }
     }
+}
+
+/// What git prints for `args` in this folder, if git is there and succeeds.
+fn git(args: &[&str]) -> Option<String> {
+    let out = std::process::Command::new("git").args(args).output().ok().filter(|o| o.status.success())?;
+    Some(String::from_utf8_lossy(&out.stdout).trim().to_string()).filter(|s| !s.is_empty())
 }

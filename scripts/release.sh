@@ -18,8 +18,8 @@
 # Tried before anything is kept: each tinyq.so passes the driver scenario
 # (tests/drivers/scenario.json, through the sqlite3 shell: x86_64 on the system's SQLite, the
 # oldest tinyq supports on Debian 12; aarch64 in arm64 SQLite under qemu); each wheel is
-# installed with pip (x86_64 into a fresh venv; aarch64 with pip --platform, imported by
-# arm64 Python under qemu) and tinyq.load() loads its own .so; the npm tarball's picker
+# installed with pip into a fresh venv (aarch64: arm64 Python and pip under qemu) and
+# tinyq.load() loads its own .so; the npm tarball's picker
 # chooses each build; tq_version(), the wheels, the npm package and the crate agree.
 #
 # Needs: Debian 12 on x86_64 (apt-get for the downloads), Rust, node and npm, objdump,
@@ -40,7 +40,7 @@ SCENARIO="$ROOT/tests/drivers/scenario.json"
 ARM64_RUNTIME=(libc6 libgcc-s1 sqlite3 libsqlite3-0 libreadline8 libtinfo6 zlib1g
                python3.11-minimal libpython3.11-minimal libpython3.11-stdlib libexpat1 libffi8
                libbz2-1.0 liblzma5 libncursesw6 libuuid1 libcrypt1 libdb5.3 libgdbm6
-               libnsl2 libtirpc3 libssl3)
+               libnsl2 libtirpc3 libssl3 python3.11-venv)
 
 say() { echo "release: $*" >&2; }
 die() { echo "release: $*" >&2; exit 1; }
@@ -125,18 +125,18 @@ EOF
   "$RUST_ROOT/rustc" --print target-libdir --target aarch64-unknown-linux-gnu > /dev/null
 }
 
-# qemu-user and Debian's arm64 sqlite3 and python3; arm64/ holds commands that run them.
+# qemu-user and Debian's arm64 sqlite3 and python3 (with venv and pip's wheel); arm64/ holds
+# the commands that run them: qemu PROGRAM ARGS (an arm64 program), sqlite3, python3.
 ARM_ROOT="$TOOLS/arm64-root"
 arm64_runtime() {
-  local pkgs=(qemu-user-static) p
+  local pkgs=(qemu-user-static python3-pip-whl) p  # (the pip wheel is for any architecture)
   for p in "${ARM64_RUNTIME[@]}"; do pkgs+=("$p:arm64"); done
   unpack_debs "$ARM_ROOT" "${pkgs[@]}"
   mkdir -p "$TOOLS/arm64"
-  for p in sqlite3 python3; do
-    printf '#!/bin/sh\nexec "%s" -L "%s" "%s" "$@"\n' "$ARM_ROOT/usr/bin/qemu-aarch64-static" "$ARM_ROOT" \
-      "$ARM_ROOT/usr/bin/$([ $p = python3 ] && echo python3.11 || echo $p)" > "$TOOLS/arm64/$p"
-    chmod +x "$TOOLS/arm64/$p"
-  done
+  printf '#!/bin/sh\nexec "%s" -L "%s" "$@"\n' "$ARM_ROOT/usr/bin/qemu-aarch64-static" "$ARM_ROOT" > "$TOOLS/arm64/qemu"
+  printf '#!/bin/sh\nexec "%s" "%s" "$@"\n' "$TOOLS/arm64/qemu" "$ARM_ROOT/usr/bin/sqlite3" > "$TOOLS/arm64/sqlite3"
+  printf '#!/bin/sh\nexec "%s" "%s" "$@"\n' "$TOOLS/arm64/qemu" "$ARM_ROOT/usr/bin/python3.11" > "$TOOLS/arm64/python3"
+  chmod +x "$TOOLS/arm64/qemu" "$TOOLS/arm64/sqlite3" "$TOOLS/arm64/python3"
 }
 
 # -- the builds -----------------------------------------------------------------------------
@@ -212,11 +212,14 @@ try_wheels() {
   "$PY" -m venv "$work/venv"
   "$work/venv/bin/pip" install --quiet --disable-pip-version-check --no-index "$(wheel_file x86_64)"
   echo "wheel x86_64: $(cd "$work" && env -u PYTHONPATH -u TINYQ_EXT "$work/venv/bin/python" -c "$WHEEL_CHECK" "$ROOT" "$VERSION" "$work")"
-  say "installing the aarch64 wheel for arm64 Python (pip --platform), run under qemu"
-  "$PY" -m pip install --quiet --disable-pip-version-check --root-user-action=ignore --no-index --no-deps --target "$work/arm64-site" \
-    --platform manylinux2014_aarch64 --only-binary=:all: "$(wheel_file aarch64)"
-  echo "wheel aarch64: $(cd "$work" && env -u TINYQ_EXT PYTHONPATH="$work/arm64-site" \
-    "$TOOLS/arm64/python3" -c "$WHEEL_CHECK" "$ROOT" "$VERSION" "$work")"
+  # arm64 Python's own pip (run from Debian's pip wheel: qemu-user cannot start the arm64
+  # subprocess that ensurepip would) checks the wheel's tag against the machine, as on arm64.
+  say "installing the aarch64 wheel into a fresh venv of arm64 Python, with its pip, under qemu"
+  "$TOOLS/arm64/python3" -m venv --without-pip "$work/arm64-venv"
+  "$TOOLS/arm64/qemu" "$work/arm64-venv/bin/python" "$(echo "$ARM_ROOT"/usr/share/python-wheels/pip-*.whl)/pip" \
+    install --quiet --disable-pip-version-check --no-index "$(wheel_file aarch64)"
+  echo "wheel aarch64: $(cd "$work" && env -u PYTHONPATH -u TINYQ_EXT \
+    "$TOOLS/arm64/qemu" "$work/arm64-venv/bin/python" -c "$WHEEL_CHECK" "$ROOT" "$VERSION" "$work")"
 }
 
 npm_package() {

@@ -77,6 +77,11 @@ unsafe fn error_message(_: *const sqlite3_api_routines, msg: &str) -> *mut c_cha
     ffi::sqlite_string(msg)
 }
 
+/// How a failed registration reads to the host: the error says it is tinyq's.
+fn reported(e: &Error) -> String {
+    format!("tinyq: {}", e.msg)
+}
+
 /// Checks the SQLite, then runs lib.rs's registration list on the connection.
 ///
 /// # Safety
@@ -104,7 +109,7 @@ pub unsafe extern "C" fn sqlite3_tinyq_init(
         Ok(()) => 0,
         Err(e) => {
             if !err.is_null() {
-                *err = error_message(api, &format!("tinyq: {}", e.msg));
+                *err = error_message(api, &reported(&e));
             }
             e.code
         }
@@ -117,9 +122,8 @@ pub unsafe extern "C" fn sqlite3_tinyq_init(
 pub fn register(conn: &rusqlite::Connection) -> rusqlite::Result<()> {
     // SAFETY: the handle of a live connection, which SQLite closes only after it has
     // dropped tinyq's functions and tables (and with them the Conn holding the handle).
-    unsafe { install(conn.handle(), std::ptr::null()) }.map_err(|e| {
-        rusqlite::Error::SqliteFailure(rusqlite::ffi::Error::new(e.code), Some(format!("tinyq: {}", e.msg)))
-    })
+    unsafe { install(conn.handle(), std::ptr::null()) }
+        .map_err(|e| rusqlite::Error::SqliteFailure(rusqlite::ffi::Error::new(e.code), Some(reported(&e))))
 }
 
 /// Has SQLite register tinyq on every connection the program opens from now on
