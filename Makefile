@@ -4,15 +4,25 @@ PY ?= /usr/bin/python3
 CARGO ?= cargo
 EXT := dist/tinyq.so
 
-.PHONY: all loadable deps demo test test-rust test-python test-python-current test-node test-node-drivers test-drivers test-cluster soak bench bench-quick screenshots clean \
+.PHONY: all loadable build-deps deps release demo test test-rust test-python test-python-current test-node test-node-drivers test-drivers test-cluster soak bench bench-quick screenshots clean \
 	install uninstall wheel npm-pack test-npm-package
 
 all: loadable
 
-# Everything the build and the tests need that a fresh machine lacks.
-deps:
+# Building dist/tinyq.so needs Rust, a C compiler and libclang (sqlite3ext-sys runs bindgen):
+# nothing else, and no root. On Debian, as root, build-deps installs libclang-dev if it is
+# missing; anywhere else it only says so, and cargo reports what it lacks itself.
+build-deps:
+	@if command -v dpkg >/dev/null 2>&1 && ! dpkg -s libclang-dev >/dev/null 2>&1; then \
+	  if [ "$$(id -u)" = 0 ]; then \
+	    echo "installing: libclang-dev"; \
+	    (apt-get update -qq || true) && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libclang-dev >/dev/null; \
+	  else echo "note: libclang-dev is not installed (bindgen needs libclang); as root: apt-get install libclang-dev"; fi; \
+	fi
+
+# Everything the tests need that a fresh Debian machine lacks (apt, as root).
+deps: build-deps
 	@missing=""; \
-	dpkg -s libclang-dev >/dev/null 2>&1 || missing="$$missing libclang-dev"; \
 	command -v sqlite3 >/dev/null 2>&1 || missing="$$missing sqlite3"; \
 	$(PY) -c 'import pytest' >/dev/null 2>&1 || missing="$$missing python3-pytest"; \
 	$(PY) -c 'import hypothesis' >/dev/null 2>&1 || missing="$$missing python3-hypothesis"; \
@@ -29,7 +39,8 @@ deps:
 
 loadable: $(EXT)
 
-$(EXT): deps $(shell find src sql -type f 2>/dev/null) Cargo.toml build.rs
+# build-deps is order-only: it runs first, but does not make the library out of date.
+$(EXT): $(shell find src sql -type f 2>/dev/null) Cargo.toml build.rs | build-deps
 	$(CARGO) build --release --lib
 	@mkdir -p dist
 	@# copy then rename: a process that has the old file loaded keeps a valid mapping
@@ -37,10 +48,13 @@ $(EXT): deps $(shell find src sql -type f 2>/dev/null) Cargo.toml build.rs
 
 # Format, lints (Cargo.toml [lints]: pedantic, each exemption justified) and the checks of
 # the repository itself: query plans pinned, docs self-contained. Under a minute after `make`.
+# Both builds are linted: the loadable one and the one linked into a Rust program (rusqlite).
 .PHONY: check fuzz
-check: $(EXT)
+check: deps $(EXT)
 	$(CARGO) fmt --check
+	$(CARGO) fmt --check --manifest-path examples/rust/Cargo.toml
 	$(CARGO) clippy --release --all-targets -- -D warnings
+	$(CARGO) clippy --release --lib --no-default-features --features rusqlite -- -D warnings
 	$(PY) -m pytest -q tests/test_query_plans.py tests/test_docs.py
 
 # The long fuzz run (tests/test_fuzz.py): every function, random arguments and interleavings,
@@ -48,59 +62,59 @@ check: $(EXT)
 # FUZZ_EXAMPLES (programs per hypothesis run, default 200) make it longer or shorter.
 FUZZ_SECONDS ?= 600
 FUZZ_EXAMPLES ?= 200
-fuzz: $(EXT)
+fuzz: deps $(EXT)
 	TINYQ_FUZZ_LONG=1 TINYQ_FUZZ_SECONDS=$(FUZZ_SECONDS) TINYQ_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) \
 	  $(PY) -m pytest -q -s tests/test_fuzz.py
 
-demo: $(EXT)
+demo: deps $(EXT)
 	$(PY) examples/demo.py
 
-test: $(EXT) test-rust test-python test-node test-node-drivers test-drivers test-cluster test-python-current
+test: deps $(EXT) test-rust test-python test-node test-node-drivers test-drivers test-cluster test-python-current
 
 test-rust: deps
 	$(CARGO) test --release --lib
 
 # (node/node_modules: the soak, tests/test_soak.py, runs Node producers and workers too)
-test-python: $(EXT) node/node_modules
+test-python: deps $(EXT) node/node_modules
 	$(PY) -m pytest -q tests
 
 # The whole Python suite again on a current SQLite (issue 7): libsqlite3.so.0 and the sqlite3
 # shell built once (~1 min, cached in target/sqlite-current/) from the SQLite amalgamation that
 # npm's sqlite3 package ships, put in front of Debian's 3.40 via LD_LIBRARY_PATH and PATH.
 # The soak and the clock jumps (time and processes, not the SQLite version) run once, above.
-test-python-current: $(EXT) node/node_modules
+test-python-current: deps $(EXT) node/node_modules
 	TINYQ_SOAK_SECONDS=0 bash scripts/sqlite_current.sh $(PY) -m pytest -q tests
 
 # Node helper: better-sqlite3 12 (13 needs Node 22); npm may skip the native build.
-node/node_modules: node/package.json
+node/node_modules: node/package.json | deps
 	cd node && npm install --no-audit --no-fund --loglevel=error
 	@cd node && node -e "require('better-sqlite3')" 2>/dev/null || \
 	  (cd node_modules/better-sqlite3 && npx --yes node-gyp rebuild --release)
 	@touch node/node_modules
 
-test-node: $(EXT) node/node_modules
+test-node: deps $(EXT) node/node_modules
 	cd node && node --test test/
 
 # The same Node tests on node:sqlite (a Node 24 from npm) and on Bun's bun:sqlite and node:sqlite
 # (Bun from npm), installed once under target/drivers/npm. About 2.5 minutes, one after another.
-test-node-drivers: $(EXT) node/node_modules
+test-node-drivers: deps $(EXT) node/node_modules
 	bash tests/drivers/node_helper_suite.sh
 
 # One scenario (tests/drivers/scenario.json) through every driver of docs/drivers.md, and PHP's
 # query() trap pinned; installs what is missing (Debian, Bun/Deno from npm, rusqlite from
 # crates.io), builds under target/drivers/. Warm: a few seconds. TINYQ_DRIVERS="php go" for some.
-test-drivers: $(EXT) node/node_modules
+test-drivers: deps $(EXT) node/node_modules
 	PY=$(PY) bash tests/drivers/run.sh
 
 # Three dqlite nodes on 127.0.0.1 (Debian go-dqlite + libdqlite0, installed if missing) with
 # tinyq preloaded; the leader is SIGKILLed mid-work. About 15 s.
-test-cluster: $(EXT)
+test-cluster: deps $(EXT)
 	$(PY) tests/cluster/run_cluster.py
 
 # Python and Node producers, 8 workers SIGKILLed at random, limits on, for 10 minutes, audited
 # from tq_watch (tests/support/soak.py; a 60-second version runs in make test: tests/test_soak.py).
 SOAK_SECONDS ?= 600
-soak: $(EXT) node/node_modules
+soak: deps $(EXT) node/node_modules
 	$(PY) tests/support/soak.py --seconds $(SOAK_SECONDS)
 
 # tinyq beside a hand-written SQL queue and the peers (honker, litequeue, persist-queue,
@@ -109,7 +123,7 @@ soak: $(EXT) node/node_modules
 # liteque and plainjob (npm, under bench/work/node/): bench/results/workers.md.
 # bench/idle.py: CPU of 1, 20 and 100 idle work() calls and the add-to-start latency: bench/results/idle.md.
 # bench/scale.py: the cost of one call as the store grows (COST-01): bench/results/scale.md and scale.png.
-bench: $(EXT) node/node_modules
+bench: deps $(EXT) node/node_modules
 	$(PY) bench/lifecycle.py
 	$(PY) bench/lifecycle.py --floor-variants
 	$(PY) bench/peers.py
@@ -118,7 +132,7 @@ bench: $(EXT) node/node_modules
 	$(PY) bench/scale.py
 	$(PY) bench/durability.py
 
-bench-quick: $(EXT) node/node_modules
+bench-quick: deps $(EXT) node/node_modules
 	$(PY) bench/lifecycle.py --quick
 	$(PY) bench/lifecycle.py --quick --floor-variants
 	$(PY) bench/peers.py --quick
@@ -128,7 +142,7 @@ bench-quick: $(EXT) node/node_modules
 	$(PY) bench/durability.py --quick
 
 # docs/dashboard.png, dashboard-lists.png and dashboard-job.png, from the headless Chromium test.
-screenshots: $(EXT)
+screenshots: deps $(EXT)
 	TINYQ_SCREENSHOTS=docs $(PY) -m pytest -q tests/test_dashboard.py -k chromium
 
 PREFIX ?= /usr/local
@@ -155,12 +169,19 @@ uninstall:
 wheel: $(EXT)
 	$(PY) -m pip wheel --no-deps --no-index --quiet -w dist ./python
 
-# The npm package as dist/tinyq-<version>.tgz, tinyq.so inside (node/package.json: prepack).
+# The npm package as dist/tinyq-<version>.tgz, with dist/tinyq.so as this machine's build
+# (node/pack.js: prebuilds/<platform>-<arch>/tinyq.so, the version from Cargo.toml).
 npm-pack: $(EXT)
-	cd node && npm pack --silent --pack-destination ../dist
+	node node/pack.js dist "$$(node -p 'process.platform + "-" + process.arch')=$(EXT)"
+
+# Everything a release publishes, built and tried, in dist/release/ (scripts/release.sh):
+# the tarballs, the manylinux2014 wheels and the tinyq.so of x86_64 and aarch64 (glibc 2.17),
+# the npm tarball with both, the crate. Not part of `make test`: 20-30 minutes from a fresh clone.
+release: node/node_modules | deps
+	PY=$(PY) bash scripts/release.sh
 
 # Installs that tarball into a temporary project and uses it there (better-sqlite3 compiles: 1-3 min).
-test-npm-package: $(EXT)
+test-npm-package: deps $(EXT)
 	TINYQ_TEST_NPM=1 $(PY) -m pytest -q tests/test_install.py -k npm
 
 clean:

@@ -8,15 +8,26 @@ const { adapterOf, openWith } = require('./drivers.js');
 
 // -- loading ---------------------------------------------------------------------------
 
-/** Where the extension is: $TINYQ_EXT, else a tinyq.so packaged next to this file,
- * else the repository's ../dist/tinyq.so. */
+/** The build the npm package carries for a platform and architecture (process.platform,
+ * process.arch: linux-x64, linux-arm64). */
+function packagedPath(platform, arch) {
+  return path.join(__dirname, 'prebuilds', `${platform}-${arch}`, 'tinyq.so');
+}
+
+/** Where the extension is: $TINYQ_EXT, else the build packaged for this machine
+ * (prebuilds/, in the npm package), else the repository's ../dist/tinyq.so. */
 function extensionPath() {
   if (process.env.TINYQ_EXT) return process.env.TINYQ_EXT;
-  for (const folder of [__dirname, path.join(__dirname, '..', 'dist')]) {
-    for (const suffix of ['.so', '.dylib', '.dll']) {
-      const candidate = path.join(folder, 'tinyq' + suffix);
-      if (fs.existsSync(candidate)) return candidate;
-    }
+  const prebuilds = path.join(__dirname, 'prebuilds');
+  if (fs.existsSync(prebuilds)) {
+    const packaged = packagedPath(process.platform, process.arch);
+    if (fs.existsSync(packaged)) return packaged;
+    throw new Error(`tinyq has no build for ${process.platform}-${process.arch} (this package has ` +
+      `${fs.readdirSync(prebuilds).join(', ')}): build tinyq from source and set TINYQ_EXT to it`);
+  }
+  for (const suffix of ['.so', '.dylib', '.dll']) {
+    const candidate = path.join(__dirname, '..', 'dist', 'tinyq' + suffix);
+    if (fs.existsSync(candidate)) return candidate;
   }
   throw new Error('tinyq extension not found: set TINYQ_EXT, or build dist/tinyq.so (make)');
 }
@@ -121,5 +132,5 @@ function errorText(err, errors = 'message') {
 }
 
 module.exports = {
-  extensionPath, load, open, exec, close, fileOf, transaction, one, rows, encode, decode, options, errorText,
+  extensionPath, packagedPath, load, open, exec, close, fileOf, transaction, one, rows, encode, decode, options, errorText,
 };

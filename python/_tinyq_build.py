@@ -3,34 +3,50 @@
 `pip install ./python` and `pip wheel ./python` need nothing from the network: pip's
 isolated build environment has nothing to install (pyproject.toml: requires = []).
 
-The wheel holds the tinyq package (tinyq/*.py, tinyq/*.html, and tinyq/py.typed: the
-package's type hints are for type checkers, PEP 561) and the compiled extension
-as tinyq/tinyq.so, taken from the repository's dist/tinyq.so (built by `make`), or, when
-building from an sdist, from tinyq/tinyq.so. It is a platform wheel (py3-none-<platform>):
-the extension does not depend on the Python version, only on the machine.
+The distribution is `sqlite-tinyq` (the name `tinyq` on PyPI belongs to another project);
+it installs the package `tinyq`. The wheel holds tinyq/*.py, tinyq/*.html, tinyq/py.typed
+(the package's type hints are for type checkers, PEP 561), tinyq/_version.py (written here)
+and the compiled extension as tinyq/tinyq.so. The version is the crate's: tinyq/_version.py
+reads it from ../Cargo.toml, and the wheel or sdist gets a copy with it written in. It is a platform wheel (py3-none-<platform>): the
+extension depends on the machine, not on the Python version.
+
+Two config settings (`pip wheel -C so=PATH -C platform=TAG ./python`) let `make release`
+build one wheel per architecture: `so`, the extension to ship (default: the repository's
+dist/tinyq.so, built by `make`, or tinyq/tinyq.so in an sdist), and `platform`, the wheel's
+platform tag (default: this machine's, such as linux_x86_64; a release's .so needs at most
+glibc 2.17, so it is tagged manylinux_2_17_x86_64.manylinux2014_x86_64).
 """
 import base64
 import hashlib
 import io
 import os
 import re
+import runpy
 import sysconfig
 import tarfile
 import zipfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PACKAGE = os.path.join(HERE, "tinyq")
-NAME = "tinyq"
-with open(os.path.join(PACKAGE, "__init__.py"), encoding="utf-8") as _f:
-    VERSION = re.search(r'^__version__ = "([^"]+)"', _f.read(), re.M).group(1)
-DIST_INFO = "%s-%s.dist-info/" % (NAME, VERSION)
+NAME = "sqlite-tinyq"
+FILE_NAME = NAME.replace("-", "_")  # the distribution's name in file names (PEP 427)
+
+
+# Cargo.toml's, through the package's own _version.py (in an sdist, the copy written below).
+VERSION = runpy.run_path(os.path.join(PACKAGE, "_version.py"))["__version__"]
+DIST_INFO = "%s-%s.dist-info/" % (FILE_NAME, VERSION)
+VERSION_PY = '"""Written by the build backend (_tinyq_build.py) from Cargo.toml."""\n__version__ = "%s"\n' % VERSION
 
 METADATA = """\
 Metadata-Version: 2.1
-Name: tinyq
+Name: sqlite-tinyq
 Version: %s
 Summary: A durable job queue inside a SQLite file: the loadable extension, a worker helper, a CLI and a dashboard
 License: MIT
+Keywords: sqlite,queue,jobs,worker,extension
+Classifier: License :: OSI Approved :: MIT License
+Classifier: Operating System :: POSIX :: Linux
+Classifier: Topic :: Database
 Requires-Python: >=3.9
 """ % VERSION
 
@@ -40,18 +56,25 @@ tinyq = tinyq.cli:main
 """
 
 
-def _extension():
+def _extension(config_settings):
+    given = (config_settings or {}).get("so")
+    if given:
+        if not os.path.isfile(given):
+            raise RuntimeError("tinyq.so not found at %s (config setting `so`)" % given)
+        return given
     for path in (os.path.join(HERE, "..", "dist", "tinyq.so"), os.path.join(PACKAGE, "tinyq.so")):
         if os.path.isfile(path):
             return os.path.normpath(path)
     raise RuntimeError("tinyq.so not found: build the extension first (`make` puts it in dist/)")
 
 
-def _package_files():
-    """(name in the archive, path on disk) of every file the package ships."""
-    files = [("tinyq/" + name, os.path.join(PACKAGE, name))
-             for name in sorted(os.listdir(PACKAGE)) if name.endswith((".py", ".html")) or name == "py.typed"]
-    return files + [("tinyq/tinyq.so", _extension())]
+def _package_files(config_settings):
+    """(name in the archive, bytes) of every file the package ships."""
+    files = [("tinyq/" + name, _read(os.path.join(PACKAGE, name)))
+             for name in sorted(os.listdir(PACKAGE))
+             if name.endswith((".py", ".html")) and name != "_version.py" or name == "py.typed"]
+    return files + [("tinyq/_version.py", VERSION_PY.encode()),
+                    ("tinyq/tinyq.so", _read(_extension(config_settings)))]
 
 
 def _read(path):
@@ -59,18 +82,21 @@ def _read(path):
         return f.read()
 
 
-def _tag():
-    return "py3-none-" + re.sub(r"[-.]", "_", sysconfig.get_platform())
+def _tag(config_settings):
+    platform = (config_settings or {}).get("platform") or re.sub(r"[-.]", "_", sysconfig.get_platform())
+    return "py3-none-" + platform
 
 
-def _write_wheel(directory, files):
+def _write_wheel(directory, files, config_settings=None):
     """Write a wheel of `files` [(archive name, bytes)] plus its .dist-info; returns its name."""
-    tag = _tag()
-    wheel = "Wheel-Version: 1.0\nGenerator: _tinyq_build\nRoot-Is-Purelib: false\nTag: %s\n" % tag
+    tag = _tag(config_settings)
+    # One Tag line per platform of a compressed tag set (manylinux_2_17_x86_64.manylinux2014_x86_64).
+    tags = "".join("Tag: py3-none-%s\n" % p for p in tag.split("-", 2)[2].split("."))
+    wheel = "Wheel-Version: 1.0\nGenerator: _tinyq_build\nRoot-Is-Purelib: false\n" + tags
     files = files + [(DIST_INFO + "METADATA", METADATA.encode()),
                      (DIST_INFO + "WHEEL", wheel.encode()),
                      (DIST_INFO + "entry_points.txt", ENTRY_POINTS.encode())]
-    filename = "%s-%s-%s.whl" % (NAME, VERSION, tag)
+    filename = "%s-%s-%s.whl" % (FILE_NAME, VERSION, tag)
     record = []
     with zipfile.ZipFile(os.path.join(directory, filename), "w", zipfile.ZIP_DEFLATED) as zf:
         for arcname, data in files:
@@ -101,24 +127,25 @@ def get_requires_for_build_editable(config_settings=None):
 
 
 def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
-    return _write_wheel(wheel_directory, [(arc, _read(path)) for arc, path in _package_files()])
+    return _write_wheel(wheel_directory, _package_files(config_settings), config_settings)
 
 
 def build_editable(wheel_directory, config_settings=None, metadata_directory=None):
     """`pip install -e ./python`: a .pth file that puts this folder on sys.path. The
-    extension is then found in the repository's dist/ (see tinyq.extension_path)."""
-    return _write_wheel(wheel_directory, [("tinyq.pth", (HERE + "\n").encode())])
+    extension is then found in the repository's dist/ (see tinyq.extension_path), and the
+    version in Cargo.toml (tinyq/__init__.py)."""
+    return _write_wheel(wheel_directory, [("tinyq.pth", (HERE + "\n").encode())], config_settings)
 
 
 def build_sdist(sdist_directory, config_settings=None):
     """A source archive that builds on its own: it carries the compiled extension too."""
-    base = "%s-%s" % (NAME, VERSION)
+    base = "%s-%s" % (FILE_NAME, VERSION)
     filename = base + ".tar.gz"
-    files = [("pyproject.toml", os.path.join(HERE, "pyproject.toml")),
-             ("_tinyq_build.py", os.path.join(HERE, "_tinyq_build.py"))] + _package_files()
+    files = [("PKG-INFO", METADATA.encode()),
+             ("pyproject.toml", _read(os.path.join(HERE, "pyproject.toml"))),
+             ("_tinyq_build.py", _read(os.path.join(HERE, "_tinyq_build.py")))] + _package_files(config_settings)
     with tarfile.open(os.path.join(sdist_directory, filename), "w:gz") as tar:
-        for arcname, data in [("PKG-INFO", METADATA.encode())] + \
-                [(arc, _read(path)) for arc, path in files]:
+        for arcname, data in files:
             info = tarfile.TarInfo("%s/%s" % (base, arcname))
             info.size, info.mode = len(data), 0o755 if arcname.endswith(".so") else 0o644
             tar.addfile(info, io.BytesIO(data))

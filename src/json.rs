@@ -21,7 +21,8 @@ pub fn kind(v: &Val) -> &'static str {
         Val::Int(_) => "integer",
         Val::Real(_) => "real",
         Val::Null => "null",
-        Val::Blob(_) => "blob",
+        // text that is not UTF-8 cannot be embedded as text: it is shown as a blob is
+        Val::Blob(_) | Val::BadText(_) => "blob",
     }
 }
 
@@ -32,7 +33,7 @@ pub fn embed(v: &Val) -> String {
         Val::Text(s) => serde_json::Value::from(s.as_str()).to_string(),
         Val::Int(i) => i.to_string(),
         Val::Real(f) => serde_json::Number::from_f64(*f).map_or("null".into(), |n| n.to_string()),
-        Val::Null | Val::Blob(_) => "null".into(),
+        Val::Null | Val::Blob(_) | Val::BadText(_) => "null".into(),
     }
 }
 

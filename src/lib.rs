@@ -1,7 +1,21 @@
 //! tinyq: a durable job queue inside a SQLite file. This file is the registration list;
 //! each concept lives in its own module, above the SQLite glue in sqlite/ (see
 //! docs/design.md, "Layout").
+//!
+//! Built by default as the loadable extension (`.load tinyq`). A Rust program links it in
+//! instead with the `rusqlite` feature and no default features: `tinyq::register(&conn)`
+//! on one connection, or `tinyq::auto_extension()` for every connection opened after it.
+//! `tinyq::sqlite3_tinyq_init` is the entry point for any other host.
 #![deny(unsafe_code)] // unsafe lives in sqlite/ only, which allows it for itself
+
+// Each build calls one SQLite: loadable, the one that loads it; rusqlite, the program's.
+#[cfg(all(feature = "loadable", feature = "rusqlite"))]
+compile_error!(
+    "tinyq: the `rusqlite` feature links tinyq to the program's SQLite; turn off the default `loadable` \
+     feature (default-features = false), whose sqlite-loadable would bring a second SQLite"
+);
+#[cfg(not(any(feature = "loadable", feature = "rusqlite")))]
+compile_error!("tinyq: enable one of its features: `loadable` (the default) or `rusqlite`");
 
 #[macro_use]
 mod sqlite;
@@ -33,6 +47,10 @@ mod wal;
 use std::ffi::c_int;
 use std::rc::Rc;
 
+pub use sqlite::sqlite3_tinyq_init;
+#[cfg(feature = "rusqlite")]
+pub use sqlite::{auto_extension, register};
+
 use sqlite::{register_function, register_table, Conn, Out, Result, Val, DIRECT_ONLY, INNOCUOUS, TRIGGERS};
 
 /// Every scalar function: name, number of arguments (-1: checked by the function), flags.
@@ -60,8 +78,8 @@ const SCALARS: &[(&str, c_int, c_int, sqlite::Body)] = &[
     ("tq_debug", -1, INNOCUOUS, tq_debug),
 ];
 
-/// Registers everything on a connection: the entry point (sqlite/load.rs) calls this.
-pub fn register(conn: &Rc<Conn>) -> Result<()> {
+/// Registers everything on a connection: sqlite/load.rs calls this.
+fn register_all(conn: &Rc<Conn>) -> Result<()> {
     for &(name, n, flags, body) in SCALARS {
         register_function(conn, name, n, flags, body)?;
     }

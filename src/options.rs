@@ -1,6 +1,7 @@
 //! The optional JSON `options` argument, and checks on plain arguments. Every message
 //! names the argument or key; the function wrapper adds the function's name.
 
+use serde::de::{Deserialize, Deserializer, MapAccess, Visitor};
 use serde_json::{Map, Value};
 
 use crate::sqlite::{Error, Result, Val};
@@ -22,14 +23,17 @@ impl Options {
     pub fn parse(v: Option<&Val>, allowed: &[&str]) -> Result<Options> {
         let map = match v {
             None | Some(Val::Null) => Map::new(),
-            Some(Val::Text(s)) => match serde_json::from_str::<Value>(s) {
-                Ok(Value::Object(m)) => m,
-                _ => bail!("options must be a JSON object like '{{\"delay\": \"10s\"}}', not '{}'", clip(s)),
+            Some(Val::Text(s)) => match serde_json::from_str::<Keys>(s) {
+                Ok(Keys { twice: Some(k), .. }) => bail!("options give the key \"{}\" twice", clip(&k)),
+                Ok(Keys { map, .. }) => map,
+                // Valid JSON of another type is a data error; anything else says what is wrong.
+                Err(e) if e.is_data() => bail!("options must be a JSON object, not {}", quote(s)),
+                Err(e) => bail!("options are not valid JSON ({e}): {}", quote(s)),
             },
             Some(other) => bail!("options must be a JSON object, not {}", other.kind()),
         };
         if let Some(k) = map.keys().find(|k| !allowed.contains(&k.as_str())) {
-            bail!("unknown option \"{k}\" (known: {})", allowed.join(", "));
+            bail!("unknown option \"{}\" (known: {})", clip(k), allowed.join(", "));
         }
         Ok(Options(map))
     }
@@ -62,6 +66,9 @@ impl Options {
                     bail!("option \"{key}\" must be from {lo} to {hi}, not {i}");
                 }
                 Ok(Some(i))
+            }
+            Some(Value::Number(n)) if n.is_u64() || n.as_f64().is_some_and(|f| f.fract() == 0.0) => {
+                bail!("option \"{key}\" must be from {lo} to {hi}, not {n}")
             }
             Some(v) => bail!("option \"{key}\" must be an integer, not {}", json_kind(v)),
         }
@@ -101,9 +108,11 @@ impl Options {
         if let Ok(t) = time::parse_time(&text) {
             return Ok(Some(Moment::At(t)));
         }
+        // Text needs a unit here: a bare number could be meant as a time or as ms from now.
+        let has_unit = s.trim().ends_with(|c: char| c.is_ascii_alphabetic());
         match time::parse_duration(&text) {
-            Ok(d) => Ok(Some(Moment::After(d))),
-            Err(_) => bail!(
+            Ok(d) if has_unit => Ok(Some(Moment::After(d))),
+            _ => bail!(
                 "option \"{key}\": '{}' is neither a time (ms since the epoch, or ISO-8601 like '2026-11-29T12:00:00Z') nor a duration (like '10m')",
                 clip(s)
             ),
@@ -123,6 +132,34 @@ impl Options {
             Some(v) => bail!("option \"{key}\" must not be {}", json_kind(v)),
         };
         parse(&v).map(Some).map_err(|e| Error::bad(format!("option \"{key}\": {e}")))
+    }
+}
+
+/// A JSON object read key by key, so that a key given twice is seen (serde_json keeps the last).
+struct Keys {
+    map: Map<String, Value>,
+    twice: Option<String>,
+}
+
+impl<'de> Deserialize<'de> for Keys {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Keys, D::Error> {
+        struct KeysVisitor;
+        impl<'de> Visitor<'de> for KeysVisitor {
+            type Value = Keys;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut a: A) -> std::result::Result<Keys, A::Error> {
+                let mut keys = Keys { map: Map::new(), twice: None };
+                while let Some((k, v)) = a.next_entry::<String, Value>()? {
+                    if keys.map.insert(k.clone(), v).is_some() && keys.twice.is_none() {
+                        keys.twice = Some(k);
+                    }
+                }
+                Ok(keys)
+            }
+        }
+        d.deserialize_map(KeysVisitor)
     }
 }
 
@@ -146,6 +183,11 @@ pub fn clip(s: &str) -> String {
     }
 }
 
+/// A text value as messages show it: quoted, and cut to a bounded length.
+pub fn quote(s: &str) -> String {
+    format!("'{}'", clip(s))
+}
+
 /// A required name (id, queue, group, step, worker): non-empty text up to MAX_NAME bytes.
 pub fn name(what: &str, v: &Val) -> Result<String> {
     match v {
@@ -154,6 +196,7 @@ pub fn name(what: &str, v: &Val) -> Result<String> {
         Val::Text(s) if s.contains('\0') => bail!("{what} must not contain a NUL character"),
         Val::Text(s) => Ok(s.clone()),
         Val::Blob(_) => bail!("{what} must be valid UTF-8 text, not a blob"),
+        Val::BadText(_) => bail!("{what} must be valid UTF-8 text: its bytes are not"),
         other => bail!("{what} must be text, not {}", other.kind()),
     }
 }
@@ -167,8 +210,12 @@ pub fn int(what: &str, v: &Val, lo: i64, hi: i64) -> Result<i64> {
         Val::Int(i) => bail!("{what} must be from {lo} to {hi}, not {i}"),
         Val::Text(s) => match s.trim().parse::<i64>() {
             Ok(i) => int(what, &Val::Int(i), lo, hi),
-            Err(_) => bail!("{what} must be an integer, not '{}'", clip(s)),
+            Err(_) if s.trim().parse::<i128>().is_ok() => {
+                bail!("{what} must be from {lo} to {hi}, not {}", clip(s.trim()))
+            }
+            Err(_) => bail!("{what} must be an integer, not {}", quote(s)),
         },
+        Val::Real(f) if f.fract() == 0.0 => bail!("{what} must be from {lo} to {hi}, not {f}"),
         other => bail!("{what} must be an integer, not {}", other.kind()),
     }
 }
@@ -179,6 +226,9 @@ pub fn data(what: &str, v: &Val, allow_null: bool) -> Result<Val> {
         Val::Null if allow_null => Ok(Val::Null),
         Val::Null => bail!("{what} must not be NULL (use '{{}}' for an empty payload)"),
         Val::Blob(_) => bail!("{what} must be text or a number, not a blob"),
+        // JSON has no Infinity: it would be stored, then shown as null.
+        Val::Real(f) if !f.is_finite() => bail!("{what} must be a finite number, not {f}"),
+        Val::BadText(_) => bail!("{what} must be valid UTF-8 text: its bytes are not"),
         v => Ok(v.clone()),
     }
 }

@@ -144,8 +144,9 @@ fn parse_outcome(outcome: &Val, value: Option<&Val>) -> Result<Settle> {
     let text = |what: &str| -> Result<String> {
         match &value {
             Val::Text(s) if !s.trim().is_empty() => Ok(s.clone()),
-            Val::Int(i) => Ok(i.to_string()),
-            Val::Real(f) => Ok(f.to_string()),
+            // A number is refused, not turned into text: the contract's value is a message.
+            Val::Int(i) => bail!("outcome '{name}' needs {what} as non-empty text, not the integer {i}"),
+            Val::Real(f) => bail!("outcome '{name}' needs {what} as non-empty text, not the number {f}"),
             _ => bail!("outcome '{name}' needs {what} as non-empty text"),
         }
     };

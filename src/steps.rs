@@ -30,7 +30,11 @@ pub fn tq_step_put(conn: &Conn, args: &[Val]) -> Result<Out> {
     let id = options::name("id", &args[0])?;
     let attempt = options::int("attempt", &args[1], 1, i64::MAX)?;
     let name = options::name("name", &args[2])?;
-    let value = options::data("value", &args[3], true)?;
+    if args[3].is_null() {
+        // NULL is the answer for "this attempt lost the job", and tq_step_get's "none kept".
+        bail!("value must not be NULL: NULL is what a lost attempt gets back (keep 'null' or '' instead)");
+    }
+    let value = options::data("value", &args[3], false)?;
     conn.write_tx(|| {
         if extend_lease(conn, &id, attempt, None)?.is_none() {
             return Ok(Out::Null);

@@ -1,5 +1,6 @@
 //! Times, durations, rates and backoff: pure logic, unit-tested here.
 
+use crate::options::quote;
 use crate::sqlite::{Conn, Val};
 
 /// The longest duration tinyq accepts anywhere: 100 years, far from i64 overflow.
@@ -16,7 +17,7 @@ impl Conn {
     }
 }
 
-/// A duration: integer ms, or text such as '500ms', '30s', '10m', '1.5h', '7d'.
+/// A duration: integer ms, or text such as '500ms', '30s', '10m', '1.5h', '7d' ('5000' is ms).
 pub fn parse_duration(v: &Val) -> Result<i64, String> {
     let ms = match v {
         Val::Int(i) => *i,
@@ -39,7 +40,7 @@ fn check_duration(ms: i64, v: &Val) -> Result<i64, String> {
 
 fn show(v: &Val) -> String {
     match v {
-        Val::Text(s) => format!("'{s}'"),
+        Val::Text(s) => quote(s),
         Val::Int(i) => i.to_string(),
         Val::Real(f) => f.to_string(),
         other => other.kind().to_string(),
@@ -47,12 +48,13 @@ fn show(v: &Val) -> String {
 }
 
 fn parse_duration_text(s: &str) -> Result<i64, String> {
-    let bad = || format!("bad duration '{s}': expected a number and a unit among ms s m h d, like '30s'");
+    let bad = || format!("bad duration {}: expected a number and a unit among ms s m h d, like '30s'", quote(s));
     let t = s.trim();
     let split = t.find(|c: char| c.is_ascii_alphabetic()).unwrap_or(t.len());
     let (num, unit) = t.split_at(split);
     let unit_ms = match unit {
-        "ms" => 1.0,
+        // A bare number in text is ms, as an integer argument is.
+        "" | "ms" => 1.0,
         "s" => 1_000.0,
         "m" => 60_000.0,
         "h" => 3_600_000.0,
@@ -65,33 +67,42 @@ fn parse_duration_text(s: &str) -> Result<i64, String> {
     let n: f64 = num.parse().map_err(|_| bad())?;
     let ms = n * unit_ms;
     if !ms.is_finite() || ms > MAX_DURATION_MS as f64 {
-        return Err(format!("bad duration '{s}': longer than 100 years"));
+        return Err(format!("bad duration {}: longer than 100 years", quote(s)));
     }
     Ok(ms.round() as i64)
 }
 
+/// Times tinyq accepts: from the Unix epoch to the end of year 9999, as ms or as ISO text alike.
+const TIME_RANGE: std::ops::RangeInclusive<i64> = 0..=253_402_300_799_999;
+
 /// A time: integer ms since the epoch, or ISO-8601 text ('2026-11-29T12:00:00Z').
 pub fn parse_time(v: &Val) -> Result<i64, String> {
-    match v {
-        Val::Real(f) if f.fract() == 0.0 && f.abs() < 9.0e15 => parse_time(&Val::Int(*f as i64)),
-        Val::Int(i) if (0..=253_402_300_799_999).contains(i) => Ok(*i),
-        Val::Int(i) => Err(format!("bad time {i}: out of range")),
-        Val::Text(s) => {
-            if let Ok(t) = chrono::DateTime::parse_from_rfc3339(s.trim()) {
-                return Ok(t.timestamp_millis());
-            }
-            for fmt in ["%Y-%m-%dT%H:%M:%S%.f", "%Y-%m-%d %H:%M:%S%.f", "%Y-%m-%dT%H:%M", "%Y-%m-%d %H:%M"] {
-                if let Ok(t) = chrono::NaiveDateTime::parse_from_str(s.trim(), fmt) {
-                    return Ok(t.and_utc().timestamp_millis());
-                }
-            }
-            if let Ok(d) = chrono::NaiveDate::parse_from_str(s.trim(), "%Y-%m-%d") {
-                return Ok(d.and_hms_opt(0, 0, 0).expect("midnight").and_utc().timestamp_millis());
-            }
-            Err(format!("bad time '{s}': expected ms since the epoch or ISO-8601 like '2026-11-29T12:00:00Z'"))
-        }
-        other => Err(format!("a time must be ms or ISO-8601 text, not {}", other.kind())),
+    let ms = match v {
+        Val::Real(f) if f.fract() == 0.0 && f.abs() < 9.0e15 => *f as i64,
+        Val::Int(i) => *i,
+        Val::Text(s) => parse_time_text(s).ok_or_else(|| {
+            format!("bad time {}: expected ms since the epoch or ISO-8601 like '2026-11-29T12:00:00Z'", quote(s))
+        })?,
+        other => return Err(format!("a time must be ms or ISO-8601 text, not {}", other.kind())),
+    };
+    if !TIME_RANGE.contains(&ms) {
+        return Err(format!("bad time {}: out of range (1970 to 9999)", show(v)));
     }
+    Ok(ms)
+}
+
+fn parse_time_text(s: &str) -> Option<i64> {
+    if let Ok(t) = chrono::DateTime::parse_from_rfc3339(s.trim()) {
+        return Some(t.timestamp_millis());
+    }
+    for fmt in ["%Y-%m-%dT%H:%M:%S%.f", "%Y-%m-%d %H:%M:%S%.f", "%Y-%m-%dT%H:%M", "%Y-%m-%d %H:%M"] {
+        if let Ok(t) = chrono::NaiveDateTime::parse_from_str(s.trim(), fmt) {
+            return Some(t.and_utc().timestamp_millis());
+        }
+    }
+    chrono::NaiveDate::parse_from_str(s.trim(), "%Y-%m-%d")
+        .ok()
+        .map(|d| d.and_hms_opt(0, 0, 0).expect("midnight").and_utc().timestamp_millis())
 }
 
 /// A rate 'N/duration': at most N starts in any window of that length. '10/s' means '10/1s'.
@@ -99,11 +110,11 @@ pub fn parse_rate(v: &Val) -> Result<(i64, i64), String> {
     let Val::Text(s) = v else {
         return Err(format!("a rate must be text like '10/s', not {}", v.kind()));
     };
-    let bad = || format!("bad rate '{s}': expected 'N/duration' like '10/s' or '600/1m'");
+    let bad = || format!("bad rate {}: expected 'N/duration' like '10/s' or '600/1m'", quote(s));
     let (n, per) = s.split_once('/').ok_or_else(bad)?;
     let n: i64 = n.trim().parse().map_err(|_| bad())?;
     if n < 1 {
-        return Err(format!("bad rate '{s}': N must be at least 1"));
+        return Err(format!("bad rate {}: N must be at least 1", quote(s)));
     }
     let per = per.trim();
     if !per.ends_with(|c: char| c.is_ascii_alphabetic()) {
@@ -112,7 +123,7 @@ pub fn parse_rate(v: &Val) -> Result<(i64, i64), String> {
     let per = if per.starts_with(|c: char| c.is_ascii_digit()) { per.to_string() } else { format!("1{per}") };
     let ms = parse_duration_text(&per).map_err(|_| bad())?;
     if ms < 1 {
-        return Err(format!("bad rate '{s}': the window must be at least 1ms"));
+        return Err(format!("bad rate {}: the window must be at least 1ms", quote(s)));
     }
     Ok((n, ms))
 }
@@ -146,11 +157,12 @@ mod tests {
         assert_eq!(d("1.5h"), Ok(5_400_000));
         assert_eq!(d("7d"), Ok(604_800_000));
         assert_eq!(parse_duration(&Val::Int(1234)), Ok(1234));
+        assert_eq!(d("5000"), Ok(5000));
     }
 
     #[test]
     fn bad_durations_name_the_value() {
-        for bad in ["", "250", "5 minutes", "10x", "-5s", "s", "1.2.3s", "ms5", "1e3s", "5S"] {
+        for bad in ["", "5 minutes", "10x", "-5s", "s", "1.2.3s", "ms5", "1e3s", "5S"] {
             let err = d(bad).unwrap_err();
             assert!(err.contains(&format!("'{bad}'")), "{bad}: {err}");
         }
@@ -168,6 +180,7 @@ mod tests {
         assert_eq!(parse_time(&Val::Text("2026-11-29 12:00:00".into())), Ok(1_795_953_600_000));
         assert!(parse_time(&Val::Text("tomorrow".into())).unwrap_err().contains("'tomorrow'"));
         assert!(parse_time(&Val::Int(-1)).is_err());
+        assert!(parse_time(&Val::Text("1969-12-31T23:59:59Z".into())).unwrap_err().contains("'1969-12-31T23:59:59Z'"));
     }
 
     #[test]

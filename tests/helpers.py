@@ -291,3 +291,10 @@ def sweep_all(conn, limit=None):
         if n == 0:
             return total
     raise AssertionError("tq_sweep never reached 0")
+
+
+def cargo_version():
+    """The version as Cargo.toml writes it: the one place it is written (tests/test_release.py)."""
+    import tomllib
+    with open(os.path.join(ROOT, "Cargo.toml"), "rb") as f:
+        return tomllib.load(f)["package"]["version"]

@@ -147,21 +147,25 @@ async def _all(q, ids, wanted):
     return all(s in wanted for s in await states(q, ids))
 
 
-def test_work_never_blocks_the_event_loop(db_path):
+def test_work_never_blocks_the_event_loop(db_path, monkeypatch):
     """An idle worker sleeps in tq_wait (a poll of an hour) on a thread of its own, and claims
-    and settles off the loop: a ticker on the loop never stops for long while a plain thread
-    of the same process ticks on (a gap both see is the busy machine's, not the loop's). And
-    an add wakes the idle worker: else nothing would be done for an hour."""
-    loop_ticks, thread_ticks, stopping = [], [], threading.Event()
+    and settles off the loop: the loop keeps beating while the worker is idle (blocked in
+    tq_wait it could not, for an hour), and no statement of the worker or the queue runs on
+    the loop's thread (each connection's trace callback notes the thread of every statement).
+    And an add wakes the idle worker: else nothing would be done for an hour."""
+    ran = []                                # (thread ident, statement) of every statement
+    connect = tinyq._aio.open_conn
 
-    def thread_ticker():
-        while not stopping.is_set():
-            thread_ticks.append(time.monotonic())
-            time.sleep(0.01)
+    def traced(*args, **kwargs):
+        conn = connect(*args, **kwargs)
+        conn.set_trace_callback(lambda sql: ran.append((threading.get_ident(), sql)))
+        return conn
+    monkeypatch.setattr(tinyq._aio, "open_conn", traced)
+    beats = [0]
 
     async def loop_ticker():
         while True:
-            loop_ticks.append(time.monotonic())
+            beats[0] += 1
             await asyncio.sleep(0.01)
 
     async def main():
@@ -172,10 +176,14 @@ def test_work_never_blocks_the_event_loop(db_path):
 
         tick = asyncio.ensure_future(loop_ticker())
         worker = asyncio.ensure_future(q.work(handler, concurrency=50, poll=3600.0))
-        idle_from = len(loop_ticks)
 
-        async def idle_a_while():           # 100 beats of the loop: asleep in tq_wait by then
-            return len(loop_ticks) >= idle_from + 100
+        async def asleep_in_tq_wait():
+            return any("tq_wait" in sql for _, sql in ran)
+        await until(asleep_in_tq_wait)
+        idle_from = beats[0]
+
+        async def idle_a_while():           # 100 beats of the loop while the worker is idle
+            return beats[0] >= idle_from + 100
         await until(idle_a_while)
         ids = [await q.add({"i": i}) for i in range(200)]
         await until(lambda: _all(q, ids, ("done",)))
@@ -183,18 +191,12 @@ def test_work_never_blocks_the_event_loop(db_path):
         await worker
         tick.cancel()
         await q.close()
+        return threading.get_ident()
 
-    control = threading.Thread(target=thread_ticker, daemon=True)
-    control.start()
-    try:
-        run(main())
-    finally:
-        stopping.set()
-        control.join()
-    stalls = [(b - a, sum(1 for t in thread_ticks if a < t < b)) for a, b in zip(loop_ticks, loop_ticks[1:])
-              if b - a > 0.5]
-    # A loop blocked for a gap: the thread ticked at more than half its pace all the while.
-    assert not [(gap, n) for gap, n in stalls if n > gap / 0.01 / 2], "the event loop stalled: %r" % stalls
+    loop_thread = run(main())
+    assert any("tq_claim" in sql for _, sql in ran) and any("tq_settle" in sql for _, sql in ran)
+    on_loop = [sql for ident, sql in ran if ident == loop_thread]
+    assert not on_loop, "statements run on the event loop's thread: %r" % on_loop[:5]
 
 
 def test_cancel_reaches_the_run_and_nothing_is_settled(db_path):

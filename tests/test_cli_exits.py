@@ -9,7 +9,7 @@ import tempfile
 
 import pytest
 
-from helpers import connect, one
+from helpers import EXT, ROOT, connect, one
 from test_cli import ENV, PY, assert_error, tinyq
 
 NOBODY = 65534
@@ -77,15 +77,28 @@ def read_only(db, db_path, request):
     assert not os.path.exists(path + "-wal")
     os.chmod(path, 0o444)
     os.chmod(folder, 0o555 if request.param == "folder-read-only" else 0o777)
-    user = (lambda: (os.setgid(NOBODY), os.setuid(NOBODY))) if os.geteuid() == 0 else None
+    user, env, pkg = None, ENV, None
+    if os.geteuid() == 0:
+        user = lambda: (os.setgid(NOBODY), os.setuid(NOBODY))  # noqa: E731
+        # nobody may not reach the checkout (a clone under a 0700 folder): give it a copy of
+        # the package and the extension of its own
+        pkg = tempfile.mkdtemp(prefix="tinyq-pkg-")
+        os.chmod(pkg, 0o755)
+        # (laid out as in the checkout: the package reads its version from ../../Cargo.toml)
+        shutil.copytree(os.path.join(ROOT, "python", "tinyq"), os.path.join(pkg, "python", "tinyq"))
+        shutil.copy(os.path.join(ROOT, "Cargo.toml"), pkg)
+        shutil.copy(EXT + ".so", os.path.join(pkg, "tinyq.so"))
+        env = dict(ENV, PYTHONPATH=os.path.join(pkg, "python"), TINYQ_EXT=os.path.join(pkg, "tinyq"))
 
     def run(*args):
         return subprocess.run([PY, "-m", "tinyq", args[0], path, *args[1:]], capture_output=True,
-                              text=True, timeout=30, env=ENV, preexec_fn=user)
+                              text=True, timeout=30, env=env, preexec_fn=user, cwd=folder)
     run.path = path
     yield run
     os.chmod(folder, 0o755)
     shutil.rmtree(folder)
+    if pkg:
+        shutil.rmtree(pkg)
 
 
 @pytest.mark.parametrize("args", [["stats"], ["jobs"], ["get", "e1"], ["schedules"]],

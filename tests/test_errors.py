@@ -61,7 +61,6 @@ CASES = [
      ["delay", "5 minutes"]),
     ("add-delay-unit", "SELECT tq_add('q', '{}', ?)", (_opt(delay="10x"),), "tq_add", ["delay", "10x"]),
     ("add-delay-no-number", "SELECT tq_add('q', '{}', ?)", (_opt(delay="s"),), "tq_add", ["delay"]),
-    ("add-delay-no-unit-text", "SELECT tq_add('q', '{}', ?)", (_opt(delay="5"),), "tq_add", ["delay"]),
     ("add-delay-empty", "SELECT tq_add('q', '{}', ?)", (_opt(delay=""),), "tq_add", ["delay"]),
     ("add-delay-two-dots", "SELECT tq_add('q', '{}', ?)", (_opt(delay="1.5.5s"),), "tq_add", ["delay"]),
     ("add-delay-negative-text", "SELECT tq_add('q', '{}', ?)", (_opt(delay="-5s"),), "tq_add", ["delay"]),

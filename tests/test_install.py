@@ -13,7 +13,7 @@ import zipfile
 
 import pytest
 
-from helpers import ROOT, SO
+from helpers import ROOT, SO, cargo_version
 
 PY = "/usr/bin/python3"
 # Never rebuilds the extension (-o): these tests use dist/tinyq.so as it is.
@@ -122,12 +122,16 @@ def test_pip_install_into_a_fresh_venv(tmp_path):
 def test_the_wheel_carries_the_extension(tmp_path):
     run([PY, "-m", "pip", "wheel", "--no-deps", "--no-index", "-w", str(tmp_path),
          os.path.join(ROOT, "python")], env=clean_env())
-    [wheel] = glob.glob(str(tmp_path / "tinyq-*.whl"))
-    assert os.path.basename(wheel).endswith("-py3-none-linux_%s.whl" % os.uname().machine)
+    # Published as sqlite-tinyq (tinyq on PyPI is another project's), imported as tinyq.
+    [wheel] = glob.glob(str(tmp_path / "sqlite_tinyq-*.whl"))
+    assert os.path.basename(wheel) == "sqlite_tinyq-%s-py3-none-linux_%s.whl" % (
+        cargo_version(), os.uname().machine)
     with zipfile.ZipFile(wheel) as zf:
         names = set(zf.namelist())
         assert {"tinyq/__init__.py", "tinyq/cli.py", "tinyq/dashboard.py", "tinyq/_aio.py",
-                "tinyq/dashboard.html", "tinyq/tinyq.so", "tinyq/py.typed"} <= names
+                "tinyq/dashboard.html", "tinyq/tinyq.so", "tinyq/py.typed", "tinyq/_version.py"} <= names
+        assert zf.read("tinyq/_version.py").decode().splitlines()[-1] == \
+            '__version__ = "%s"' % cargo_version()
         with open(SO, "rb") as f:
             assert zf.read("tinyq/tinyq.so") == f.read()
         info = [n for n in names if n.endswith(".dist-info/entry_points.txt")]
@@ -139,10 +143,10 @@ def test_the_wheel_carries_the_extension(tmp_path):
 @pytest.mark.skipif(not os.environ.get("TINYQ_TEST_NPM"),
                     reason="compiles better-sqlite3 (1-3 min): make test-npm-package")
 def test_npm_package_in_a_fresh_project(tmp_path):
-    node_dir = os.path.join(ROOT, "node")
-    run(["npm", "pack", "--silent", "--pack-destination", str(tmp_path)], cwd=node_dir)
-    assert not os.path.exists(os.path.join(node_dir, "tinyq.so"))     # postpack removed it
+    target = "linux-x64" if os.uname().machine == "x86_64" else "linux-arm64"
+    run(["node", os.path.join(ROOT, "node", "pack.js"), str(tmp_path), "%s=%s" % (target, SO)])
     [tarball] = glob.glob(str(tmp_path / "tinyq-*.tgz"))
+    assert os.path.basename(tarball) == "tinyq-%s.tgz" % cargo_version()
     project = tmp_path / "project"
     project.mkdir()
     (project / "package.json").write_text('{"private": true}\n')
@@ -155,7 +159,8 @@ def test_npm_package_in_a_fresh_project(tmp_path):
         const path = require('path');
         const tinyq = require('tinyq');
         const Database = require('better-sqlite3');
-        const packaged = path.join(__dirname, 'node_modules', 'tinyq', 'tinyq.so');
+        const packaged = path.join(__dirname, 'node_modules', 'tinyq', 'prebuilds',
+                                   `${process.platform}-${process.arch}`, 'tinyq.so');
         if (tinyq.extensionPath() !== packaged) throw new Error(tinyq.extensionPath());
         const db = tinyq.load(new Database(':memory:'));
         console.log(db.prepare('SELECT tq_version()').pluck().get());

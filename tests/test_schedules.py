@@ -414,7 +414,7 @@ BAD = [
     (("d", "q", "@daily", "{}", '{"paused": "yes"}'), "tq_schedule: option \"paused\" must be true or false"),
     (("d", "q", "@daily", "{}", '{"priority": "high"}'), "tq_schedule: option \"priority\" must be an integer"),
     (("d", "q", "@daily", "{}", '{"meta": [1]}'), "tq_schedule: option \"meta\" must be a JSON object"),
-    (("d", "q", "@daily", "{}", "not json"), "tq_schedule: options must be a JSON object"),
+    (("d", "q", "@daily", "{}", "not json"), "tq_schedule: options are not valid JSON"),
     (("d", "q", 5, "{}"), "tq_schedule: when must be text"),
     (("d", "q", "@daily", None), "tq_schedule: payload must not be NULL"),
     ((None, "q", "@daily", "{}"), "tq_schedule: name must be text"),

@@ -21,8 +21,8 @@ from ._aio import AsyncQueue, AsyncRun
 from ._connection import extension_path, load, open
 from ._context import Cancelled, JobContextFilter, Outcome, current_run
 from ._queue import Queue
+from ._version import __version__
 from ._worker import Run
 
 __all__ = ["load", "open", "extension_path", "Queue", "AsyncQueue", "Run", "AsyncRun", "Outcome",
            "Cancelled", "current_run", "JobContextFilter"]
-__version__ = "0.1.0"

@@ -9,6 +9,7 @@ use chrono_tz::Tz;
 use croner::parser::{CronParser, Seconds, Year};
 use croner::Cron;
 
+use crate::options::quote;
 use crate::sqlite::Val;
 use crate::time;
 
@@ -39,7 +40,7 @@ impl Missed {
             "latest" => Ok(Missed::Latest),
             "skip" => Ok(Missed::Skip),
             "all" => Ok(Missed::All),
-            _ => Err(format!("unknown value '{s}' (known: latest, skip, all)")),
+            _ => Err(format!("unknown value {} (known: latest, skip, all)", quote(s))),
         }
     }
 
@@ -50,7 +51,8 @@ impl Missed {
 
 /// An IANA zone such as 'Europe/Paris' (or 'UTC').
 pub fn parse_tz(name: &str) -> Result<Tz, String> {
-    Tz::from_str(name).map_err(|_| format!("unknown time zone '{name}': expected an IANA name such as 'Europe/Paris'"))
+    Tz::from_str(name)
+        .map_err(|_| format!("unknown time zone {}: expected an IANA name such as 'Europe/Paris'", quote(name)))
 }
 
 impl Timing {
@@ -60,22 +62,23 @@ impl Timing {
         let trimmed = when.trim();
         if let Some(rest) = trimmed.strip_prefix("@every") {
             let step = time::parse_duration(&Val::Text(rest.trim().to_string()))
-                .map_err(|e| format!("bad '@every' in '{when}': {e}"))?;
+                .map_err(|e| format!("bad '@every' in {}: {e}", quote(when)))?;
             if step < 1 {
-                return Err(format!("bad '@every' in '{when}': the duration must be longer than 0ms"));
+                return Err(format!("bad '@every' in {}: the duration must be longer than 0ms", quote(when)));
             }
             return Ok(Timing::Every(step));
         }
         let fields = trimmed.split_whitespace().count();
         if !trimmed.starts_with('@') && fields != 5 && fields != 6 {
             return Err(format!(
-                "bad cron expression '{when}': expected 5 fields (minute hour day-of-month month day-of-week) \
-                 or 6 with seconds first, not {fields}"
+                "bad cron expression {}: expected 5 fields (minute hour day-of-month month day-of-week) \
+                 or 6 with seconds first, not {fields}",
+                quote(when)
             ));
         }
         // Day-of-month and day-of-week both restricted match either, as in cron.
         let parser = CronParser::builder().seconds(Seconds::Optional).year(Year::Disallowed).build();
-        let cron = parser.parse(trimmed).map_err(|e| format!("bad cron expression '{when}': {e}"))?;
+        let cron = parser.parse(trimmed).map_err(|e| format!("bad cron expression {}: {e}", quote(when)))?;
         Ok(Timing::Cron(Box::new(cron), zone))
     }
 

@@ -34,6 +34,8 @@ struct Schedule {
 /// The longest schedule name: its jobs' ids (`<name>@2026-12-01T08:00:00.500Z`, 25 bytes
 /// more at most) must fit options::MAX_NAME, or the jobs could never be settled.
 const MAX_SCHEDULE_NAME: usize = options::MAX_NAME - 25;
+/// Longest `when`, in bytes: any real cron expression is far shorter.
+const MAX_WHEN: usize = options::MAX_NAME;
 
 fn bad(what: &str, e: String) -> Error {
     Error::bad(format!("{what}: {e}"))
@@ -57,6 +59,7 @@ fn parse_schedule(args: &[Val]) -> Result<Schedule> {
         name,
         queue: options::name("queue", &args[1])?,
         when: match &args[2] {
+            Val::Text(s) if s.len() > MAX_WHEN => bail!("when is longer than {MAX_WHEN} bytes"),
             Val::Text(s) => s.clone(),
             v => bail!("when must be text (a cron expression, '@every <duration>' or '@daily'...), not {}", v.kind()),
         },
@@ -91,7 +94,8 @@ pub fn tq_schedule(conn: &Conn, args: &[Val]) -> Result<Out> {
              WHERE name = ?1 AND queue = ?2 AND expr = ?3 AND tz = ?4 AND paused = 0 AND next_at IS NOT NULL",
             &[&s.name, &s.queue, &s.when, &s.tz],
         )?;
-        let first = timing.first(now).ok_or_else(|| Error::bad(format!("when '{}' matches no time", s.when)))?;
+        let first =
+            timing.first(now).ok_or_else(|| Error::bad(format!("when {} matches no time", options::quote(&s.when))))?;
         // A kept due time later than the first one after now means the clock was set back
         // since: start again from now rather than wait for the clock to catch up.
         let next_at = kept.filter(|&k| k <= first).unwrap_or(first);

@@ -1,14 +1,14 @@
-//! The raw SQLite API as tinyq uses it: the routines table SQLite hands the entry point,
+//! The raw SQLite API as tinyq uses it: the C types and `sql!`, which calls one of SQLite's
+//! routines (routines.rs in the loadable build, linked.rs in a Rust program: see mod.rs),
 //! and the conversions between SQLite's values and tinyq's. Every function here that takes
 //! a raw pointer is `unsafe`: its caller vouches for the pointer.
 
 use std::ffi::{c_char, c_int, c_void, CStr};
-use std::sync::atomic::{AtomicPtr, Ordering};
 
-pub use sqlite_loadable::ext::{
-    sqlite3, sqlite3_api_routines, sqlite3_context, sqlite3_index_info,
-    sqlite3_index_info_sqlite3_index_constraint as sqlite3_index_constraint, sqlite3_module, sqlite3_stmt,
-    sqlite3_value, sqlite3_vtab, sqlite3_vtab_cursor,
+pub(crate) use super::api::sql;
+pub use super::api::{
+    sqlite3, sqlite3_api_routines, sqlite3_context, sqlite3_index_constraint, sqlite3_index_info, sqlite3_module,
+    sqlite3_stmt, sqlite3_value, sqlite3_vtab, sqlite3_vtab_cursor,
 };
 
 use super::{Error, Out, Val};
@@ -27,36 +27,11 @@ pub fn transient() -> Option<unsafe extern "C" fn(*mut c_void)> {
     unsafe { std::mem::transmute::<isize, Option<unsafe extern "C" fn(*mut c_void)>>(-1) }
 }
 
-static API: AtomicPtr<sqlite3_api_routines> = AtomicPtr::new(std::ptr::null_mut());
-
-/// Keeps the routines pointer from the entry point (SQLITE_EXTENSION_INIT2).
-///
-/// # Safety
-/// `api` is null or SQLite's routines table, at least as long as the one tinyq is built
-/// against (see `load::check_version`), alive for the life of the process.
-pub unsafe fn set_api(api: *mut sqlite3_api_routines) {
-    if !api.is_null() {
-        API.store(api, Ordering::Release);
-    }
-}
-
-/// The routines of the SQLite that loaded us. tinyq never calls the copy of SQLite that
-/// sqlite3ext-sys compiles in: every call goes through this table.
-pub fn api() -> &'static sqlite3_api_routines {
-    let p = API.load(Ordering::Acquire);
-    assert!(!p.is_null(), "tinyq: SQLite API used before the entry point ran");
-    // SAFETY: set_api's caller vouched that the table lives for the life of the process.
-    unsafe { &*p }
-}
-
-/// Calls one routine of the API table: `sql!(step(stmt))`. Glue only: the macro is not
-/// exported, and calling a routine is `unsafe`.
-macro_rules! sql {
-    ($name:ident ( $($arg:expr),* $(,)? )) => {
-        ($crate::sqlite::ffi::api().$name.expect(concat!("SQLite lacks ", stringify!($name))))($($arg),*)
-    };
-}
-pub(crate) use sql;
+/// A module with no methods, to fill in those a table leaves out (the struct has more
+/// of them in a newer SQLite's bindings).
+// SAFETY: every field of sqlite3_module is an integer or an Option of a function pointer,
+// for which all-zero bytes are 0 and None.
+pub const NO_METHODS: sqlite3_module = unsafe { std::mem::zeroed() };
 
 impl Val {
     /// Copies a value SQLite passed to a function.
@@ -73,7 +48,7 @@ impl Val {
                 let bytes = if p.is_null() { &[][..] } else { std::slice::from_raw_parts(p, n) };
                 match std::str::from_utf8(bytes) {
                     Ok(s) => Val::Text(s.to_owned()),
-                    Err(_) => Val::Blob(bytes.to_vec()),
+                    Err(_) => Val::BadText(bytes.to_vec()),
                 }
             }
             SQLITE_BLOB => {
@@ -98,7 +73,9 @@ pub unsafe fn set_result(ctx: *mut sqlite3_context, out: Out) {
         Out::Text(s) | Out::Val(Val::Text(s)) => {
             sql!(result_text64(ctx, s.as_ptr().cast::<c_char>(), s.len() as u64, transient(), 1));
         }
-        Out::Val(Val::Blob(b)) => sql!(result_blob64(ctx, b.as_ptr().cast::<c_void>(), b.len() as u64, transient())),
+        Out::Val(Val::Blob(b) | Val::BadText(b)) => {
+            sql!(result_blob64(ctx, b.as_ptr().cast::<c_void>(), b.len() as u64, transient()));
+        }
     }
 }
 
@@ -125,18 +102,17 @@ pub unsafe fn c_text(p: *const c_char) -> String {
 
 /// A string SQLite may free with sqlite3_free (for zErrMsg).
 pub fn sqlite_string(s: &str) -> *mut c_char {
-    // SAFETY: api() is the table set_api's caller vouched for.
-    unsafe { sqlite_string_in(api(), s) }
+    let Ok(size) = c_int::try_from(s.len() + 1) else { return std::ptr::null_mut() };
+    // SAFETY: sqlite3_malloc returns null or `size` bytes.
+    unsafe { copy_c_string(sql!(malloc(size)), s) }
 }
 
-/// `sqlite_string` through a given routines table. sqlite3_malloc, not malloc64: the
-/// load-time check reports through this, and every table has malloc.
+/// Writes `s` and a NUL into `p`, unless it is null; returns `p`.
 ///
 /// # Safety
-/// `api` is a routines table SQLite passed to an entry point.
-pub unsafe fn sqlite_string_in(api: &sqlite3_api_routines, s: &str) -> *mut c_char {
-    let (Some(malloc), Ok(size)) = (api.malloc, c_int::try_from(s.len() + 1)) else { return std::ptr::null_mut() };
-    let p = malloc(size).cast::<u8>();
+/// `p` is null or points to at least `s.len() + 1` writable bytes.
+pub unsafe fn copy_c_string(p: *mut c_void, s: &str) -> *mut c_char {
+    let p = p.cast::<u8>();
     if !p.is_null() {
         std::ptr::copy_nonoverlapping(s.as_ptr(), p, s.len());
         *p.add(s.len()) = 0;

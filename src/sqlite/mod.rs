@@ -5,6 +5,11 @@
 
 #[macro_use]
 mod error;
+// Where SQLite's routines come from: the table SQLite hands the loadable extension's entry
+// point, or, linked into a Rust program, that program's SQLite (docs/design.md).
+#[cfg_attr(feature = "loadable", path = "routines.rs")]
+#[cfg_attr(not(feature = "loadable"), path = "linked.rs")]
+mod api;
 mod ffi;
 mod value;
 
@@ -23,6 +28,9 @@ pub use error::{Error, Result};
 pub use ffi::libversion;
 pub use func::{register as register_function, Body, DIRECT_ONLY, INNOCUOUS, TRIGGERS};
 pub use inotify::{local_file, Inotify};
+pub use load::sqlite3_tinyq_init;
+#[cfg(feature = "rusqlite")]
+pub use load::{auto_extension, register};
 pub use stmt::{Bind, Stmt};
 pub use value::{Out, Val};
 pub use vtab::{register as register_table, Rows, Statements, TableFn};

@@ -90,7 +90,7 @@ impl Stmt<'_> {
             Val::Null => None,
             Val::Int(v) => Some(v.to_string()),
             Val::Real(f) => Some(f.to_string()),
-            Val::Blob(b) => Some(String::from_utf8_lossy(&b).into_owned()),
+            Val::Blob(b) | Val::BadText(b) => Some(String::from_utf8_lossy(&b).into_owned()),
         }
     }
 }
@@ -154,7 +154,7 @@ impl Bind for Val {
             Val::Int(v) => v.bind_to(raw, i),
             Val::Real(f) => sql!(bind_double(raw, i, *f)),
             Val::Text(s) => s.bind_to(raw, i),
-            Val::Blob(b) => sql!(bind_blob64(raw, i, b.as_ptr().cast(), b.len() as u64, transient())),
+            Val::Blob(b) | Val::BadText(b) => sql!(bind_blob64(raw, i, b.as_ptr().cast(), b.len() as u64, transient())),
         }
     }
 }

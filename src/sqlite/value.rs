@@ -8,6 +8,8 @@ pub enum Val {
     Real(f64),
     Text(String),
     Blob(Vec<u8>),
+    /// Text whose bytes are not valid UTF-8: refused wherever text is read, and named so.
+    BadText(Vec<u8>),
 }
 
 impl Val {
@@ -23,6 +25,7 @@ impl Val {
             Val::Real(_) => "a real",
             Val::Text(_) => "text",
             Val::Blob(_) => "a blob",
+            Val::BadText(_) => "text that is not valid UTF-8",
         }
     }
 }

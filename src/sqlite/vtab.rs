@@ -8,7 +8,7 @@ use std::sync::Mutex;
 
 use super::ffi::{
     set_result, sql, sqlite3, sqlite3_context, sqlite3_index_constraint, sqlite3_index_info, sqlite3_module,
-    sqlite3_value, sqlite3_vtab, sqlite3_vtab_cursor, sqlite_string,
+    sqlite3_value, sqlite3_vtab, sqlite3_vtab_cursor, sqlite_string, NO_METHODS,
 };
 use super::{guard, prefixed, Conn, Error, Out, Result, Stmt, Val, SQLITE_ERROR, SQLITE_OK};
 
@@ -128,17 +128,8 @@ fn module<T: TableFn>(creatable: bool) -> &'static sqlite3_module {
         xEof: Some(x_eof),
         xColumn: Some(x_column),
         xRowid: Some(x_rowid),
-        xUpdate: None,
-        xBegin: None,
-        xSync: None,
-        xCommit: None,
-        xRollback: None,
-        xFindFunction: None,
-        xRename: None,
-        xSavepoint: None,
-        xRelease: None,
-        xRollbackTo: None,
-        xShadowName: None,
+        // read-only, no transactions of its own: none of the other methods
+        ..NO_METHODS
     }));
     all.push((T::NAME, Module(m, key)));
     m

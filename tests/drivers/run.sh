@@ -61,6 +61,8 @@ build() {
     javac -d "$out/java" -cp "$jdbc" $d/java/Runner.java || return 1
   fi
   CARGO_TARGET_DIR="$out/rust" cargo build --quiet --locked --manifest-path $d/rust/Cargo.toml || return 1
+  CARGO_TARGET_DIR="$out/rust-linked" cargo build --quiet --locked --features linked \
+    --manifest-path $d/rust/Cargo.toml || return 1
 }
 
 install_debian || note "apt-get install failed: the runners that need it will fail"
@@ -82,6 +84,7 @@ runners=(
   "go|$out/go-runner $so $scenario"
   "c-host|$out/c-host $scenario"
   "rusqlite|$out/rust/debug/tinyq-driver-rusqlite $so $scenario"
+  "rusqlite-linked|$out/rust-linked/debug/tinyq-driver-rusqlite $so $scenario"
 )
 
 stores=$(mktemp -d) && trap 'rm -rf "$stores"' EXIT

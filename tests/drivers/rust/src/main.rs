@@ -1,9 +1,28 @@
 //! The driver scenario (tests/drivers/scenario.json) through rusqlite:
-//! `tinyq-driver-rusqlite TINYQ_SO SCENARIO DB`.
+//! `tinyq-driver-rusqlite TINYQ_SO SCENARIO DB`. Built with the `linked` feature, it runs
+//! as `rusqlite-linked`: tinyq compiled in and registered with tinyq::register, TINYQ_SO unused.
 use rusqlite::types::Value;
 use rusqlite::{params_from_iter, Connection};
 use serde_json::Value as Json;
 
+#[cfg(feature = "linked")]
+const NAME: &str = "rusqlite-linked";
+#[cfg(not(feature = "linked"))]
+const NAME: &str = "rusqlite";
+
+#[cfg(feature = "linked")]
+const LINKED: &str = ", tinyq linked in";
+#[cfg(not(feature = "linked"))]
+const LINKED: &str = "";
+
+#[cfg(feature = "linked")]
+fn open(_so: &str, db: &str) -> rusqlite::Result<Connection> {
+    let conn = Connection::open(db)?;
+    tinyq::register(&conn)?;
+    Ok(conn)
+}
+
+#[cfg(not(feature = "linked"))]
 fn open(so: &str, db: &str) -> rusqlite::Result<Connection> {
     let conn = Connection::open(db)?;
     // SAFETY: the library loaded is tinyq's own build, whose entry point only registers functions.
@@ -76,9 +95,9 @@ fn main() {
         Ok::<_, String>(version)
     })();
     match outcome {
-        Ok(version) => println!("rusqlite: passed (SQLite {version}; rusqlite 0.43, bundled)"),
+        Ok(version) => println!("{NAME}: passed (SQLite {version}; rusqlite 0.43, bundled{})", LINKED),
         Err(reason) => {
-            println!("rusqlite: failed: {reason}");
+            println!("{NAME}: failed: {reason}");
             std::process::exit(1);
         }
     }

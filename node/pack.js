@@ -1,0 +1,44 @@
+'use strict';
+// The npm package as a tarball: `node pack.js DEST PLATFORM-ARCH=TINYQ_SO...`, for example
+//   node pack.js ../dist linux-x64=../dist/release/linux-x86_64/tinyq.so linux-arm64=...
+// Stages the files package.json lists in a fresh folder beside DEST, with each given build
+// as prebuilds/PLATFORM-ARCH/tinyq.so (what extensionPath() picks from at run time) and the
+// version read from ../Cargo.toml, the one place it is written; then runs npm pack there and
+// prints the tarball's path. `make npm-pack` packs dist/tinyq.so for this machine alone.
+const { execFileSync } = require('child_process');
+const fs = require('fs');
+const path = require('path');
+
+function cargoVersion() {
+  const cargo = fs.readFileSync(path.join(__dirname, '..', 'Cargo.toml'), 'utf8');
+  const pkg = cargo.split('[package]')[1].split('\n[')[0];
+  return pkg.match(/^version = "([^"]+)"/m)[1];
+}
+
+function main([dest, ...builds]) {
+  if (!dest || builds.length === 0 || builds.some((b) => !/^[a-z0-9]+-[a-z0-9]+=./.test(b))) {
+    throw new Error('usage: node pack.js DEST PLATFORM-ARCH=TINYQ_SO...');
+  }
+  const manifest = JSON.parse(fs.readFileSync(path.join(__dirname, 'package.json'), 'utf8'));
+  const stage = fs.mkdtempSync(path.join(path.resolve(dest), '.npm-stage-'));
+  try {
+    for (const name of manifest.files.filter((f) => f !== 'prebuilds')) {
+      fs.copyFileSync(path.join(__dirname, name), path.join(stage, name));
+    }
+    for (const build of builds) {
+      const [target, so] = build.split(/=(.*)/s);
+      fs.mkdirSync(path.join(stage, 'prebuilds', target), { recursive: true });
+      fs.copyFileSync(so, path.join(stage, 'prebuilds', target, 'tinyq.so'));
+    }
+    delete manifest.scripts.prepack;
+    manifest.version = cargoVersion();
+    fs.writeFileSync(path.join(stage, 'package.json'), JSON.stringify(manifest, null, 2) + '\n');
+    const out = execFileSync('npm', ['pack', '--silent', '--pack-destination', path.resolve(dest)],
+      { cwd: stage, encoding: 'utf8' });
+    console.log(path.join(path.resolve(dest), out.trim().split('\n').pop()));
+  } finally {
+    fs.rmSync(stage, { recursive: true, force: true });
+  }
+}
+
+main(process.argv.slice(2));

@@ -1,0 +1,274 @@
+#!/usr/bin/env bash
+# make release: everything a release publishes, in dist/release/, built and tried here:
+#   tinyq-VERSION-linux-x86_64.tar.gz, tinyq-VERSION-linux-aarch64.tar.gz  tinyq.so, README, LICENSE
+#   sqlite_tinyq-VERSION-py3-none-manylinux_2_17_ARCH.manylinux2014_ARCH.whl  (both ARCHes)
+#   tinyq-VERSION.tgz (npm: both builds, picked at run time by process.arch), tinyq-VERSION.crate
+#   SHA256SUMS
+# VERSION is Cargo.toml's, the one place it is written; every package reads it from there.
+#
+# Both builds need at most glibc 2.17 (objdump -T is checked): they are linked by zig against
+# glibc 2.17's symbols (ziglang and cargo-zigbuild from PyPI). rustup here has only the x86_64
+# standard library, so the aarch64 build uses Debian's Rust (rustc-web, the same version as
+# its arm64 standard library, libstd-rust-web-dev:arm64), unpacked from .debs with dpkg-deb
+# and never installed. The aarch64 build is tried under qemu-user (qemu-user-static) in
+# Debian's arm64 sqlite3 and python3, unpacked the same way. apt-get only downloads, into its
+# own lists under target/release-tools/apt/ (amd64 and arm64), so the machine's apt setup is
+# left as it is. Every tool is cached under target/release-tools/; a second run reuses it.
+#
+# Tried before anything is kept: each tinyq.so passes the driver scenario
+# (tests/drivers/scenario.json, through the sqlite3 shell: x86_64 on the system's SQLite, the
+# oldest tinyq supports on Debian 12; aarch64 in arm64 SQLite under qemu); each wheel is
+# installed with pip (x86_64 into a fresh venv; aarch64 with pip --platform, imported by
+# arm64 Python under qemu) and tinyq.load() loads its own .so; the npm tarball's picker
+# chooses each build; tq_version(), the wheels, the npm package and the crate agree.
+#
+# Needs: Debian 12 on x86_64 (apt-get for the downloads), Rust, node and npm, objdump,
+# python3 with venv and pip. ALLOW_DIRTY=1 packs the crate from a tree with uncommitted changes.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+PY="${PY:-/usr/bin/python3}"
+VERSION="$(sed -n '/^\[package\]/,/^\[/s/^version = "\(.*\)"$/\1/p' Cargo.toml)"
+TOOLS="$ROOT/target/release-tools"
+OUT="$ROOT/dist/release"
+GLIBC_MAX=2.17
+ZIGLANG=0.17.1
+CARGO_ZIGBUILD=0.24.1
+SCENARIO="$ROOT/tests/drivers/scenario.json"
+# Debian's arm64 packages to run the aarch64 build: sqlite3, and python3 with its sqlite3 module.
+ARM64_RUNTIME=(libc6 libgcc-s1 sqlite3 libsqlite3-0 libreadline8 libtinfo6 zlib1g
+               python3.11-minimal libpython3.11-minimal libpython3.11-stdlib libexpat1 libffi8
+               libbz2-1.0 liblzma5 libncursesw6 libuuid1 libcrypt1 libdb5.3 libgdbm6
+               libnsl2 libtirpc3 libssl3)
+
+say() { echo "release: $*" >&2; }
+die() { echo "release: $*" >&2; exit 1; }
+
+[ "$(uname -m)" = x86_64 ] || die "builds on x86_64 only (this machine is $(uname -m))"
+[ -n "$VERSION" ] || die "no version in Cargo.toml's [package]"
+if [ -z "${ALLOW_DIRTY:-}" ] && [ -n "$(git status --porcelain --untracked-files=no 2>/dev/null)" ]; then
+  die "uncommitted changes: commit them, or ALLOW_DIRTY=1 make release"
+fi
+
+work="$(mktemp -d)" && trap 'rm -rf "$work"' EXIT
+
+# -- tools ----------------------------------------------------------------------------------
+
+# zig and cargo-zigbuild, in a venv of their own.
+zig_tools() {
+  local venv="$TOOLS/zig"
+  if [ "$("$venv/bin/cargo-zigbuild" --version 2> /dev/null)" != "cargo-zigbuild $CARGO_ZIGBUILD" ] ||
+     [ "$("$venv/bin/python" -m ziglang version 2> /dev/null)" != "$ZIGLANG" ]; then
+    say "installing ziglang $ZIGLANG and cargo-zigbuild $CARGO_ZIGBUILD (PyPI) into $venv"
+    rm -rf "$venv"
+    "$PY" -m venv "$venv"
+    "$venv/bin/pip" install --quiet --disable-pip-version-check "ziglang==$ZIGLANG" "cargo-zigbuild==$CARGO_ZIGBUILD"
+  fi
+  export PATH="$venv/bin:$PATH"
+}
+
+# apt-get with lists of its own, for amd64 and arm64: downloads only.
+APT="$TOOLS/apt"
+apt_own() { APT_CONFIG="$APT/apt.conf" "$@"; }
+apt_lists() {
+  mkdir -p "$APT/state/lists/partial" "$APT/cache/archives/partial"
+  : > "$APT/status"
+  cat > "$APT/apt.conf" << EOF
+Dir::State "$APT/state";
+Dir::State::status "$APT/status";
+Dir::Cache "$APT/cache";
+APT::Architectures { "amd64"; "arm64"; };
+Debug::NoLocking "true";
+EOF
+  # Once a day is enough: the Rust packages are replaced only by security updates.
+  if [ -z "$(find "$APT/state/lists" -maxdepth 1 -name '*_Packages*' -mtime -1 2> /dev/null | head -1)" ]; then
+    say "apt-get update (own lists, amd64 + arm64)"
+    apt_own apt-get update -qq
+  fi
+}
+candidate() { apt_own apt-cache policy "$1" | sed -n 's/^ *Candidate: //p'; }
+
+# Downloads packages (NAME or NAME:arm64) and unpacks them into $1, once per set of versions.
+unpack_debs() {
+  local root=$1 pkg versions=""
+  shift
+  for pkg; do versions+="$pkg=$(candidate "$pkg") "; done
+  [ "$(cat "$root.stamp" 2> /dev/null)" = "$versions" ] && return 0
+  say "downloading and unpacking into $root: $*"
+  rm -rf "$root" "$root.debs" && mkdir -p "$root" "$root.debs"
+  (cd "$root.debs" && apt_own apt-get download -qq -o APT::Sandbox::User=root "$@")
+  for pkg in "$root.debs"/*.deb; do dpkg-deb -x "$pkg" "$root"; done
+  rm -rf "$root.debs"
+  echo "$versions" > "$root.stamp"
+}
+
+# Debian's Rust for the aarch64 build: rustc-web with the amd64 and arm64 standard libraries
+# of the same version, and the LLVM library rustc links.
+RUST_ROOT="$TOOLS/debian-rust"
+debian_rust() {
+  local version rv llvm
+  version="$(candidate rustc-web)"
+  [ -n "$version" ] || die "Debian has no rustc-web package here (bookworm's main or security)"
+  [ "$(candidate libstd-rust-web-dev:arm64)" = "$version" ] ||
+    die "libstd-rust-web-dev:arm64 is $(candidate libstd-rust-web-dev:arm64), rustc-web $version: not the same Rust"
+  rv="$(echo "$version" | sed 's/^\([0-9]*\.[0-9]*\).*/\1/')"
+  llvm="$(apt_own apt-cache depends "libstd-rust-web-$rv" | sed -n 's/^ *Depends: \(libllvm[0-9]*\)$/\1/p' | head -1)"
+  unpack_debs "$RUST_ROOT" rustc-web libstd-rust-web-dev "libstd-rust-web-$rv" $llvm \
+    "libstd-rust-web-dev:arm64" "libstd-rust-web-$rv:arm64"
+  # rustc finds its standard libraries beside itself; only its own shared libraries need a path.
+  cat > "$RUST_ROOT/rustc" << EOF
+#!/bin/sh
+LD_LIBRARY_PATH="$RUST_ROOT/usr/lib/x86_64-linux-gnu\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}" exec "$RUST_ROOT/usr/bin/rustc" "\$@"
+EOF
+  chmod +x "$RUST_ROOT/rustc"
+  "$RUST_ROOT/rustc" --print target-libdir --target aarch64-unknown-linux-gnu > /dev/null
+}
+
+# qemu-user and Debian's arm64 sqlite3 and python3; arm64/ holds commands that run them.
+ARM_ROOT="$TOOLS/arm64-root"
+arm64_runtime() {
+  local pkgs=(qemu-user-static) p
+  for p in "${ARM64_RUNTIME[@]}"; do pkgs+=("$p:arm64"); done
+  unpack_debs "$ARM_ROOT" "${pkgs[@]}"
+  mkdir -p "$TOOLS/arm64"
+  for p in sqlite3 python3; do
+    printf '#!/bin/sh\nexec "%s" -L "%s" "%s" "$@"\n' "$ARM_ROOT/usr/bin/qemu-aarch64-static" "$ARM_ROOT" \
+      "$ARM_ROOT/usr/bin/$([ $p = python3 ] && echo python3.11 || echo $p)" > "$TOOLS/arm64/$p"
+    chmod +x "$TOOLS/arm64/$p"
+  done
+}
+
+# -- the builds -----------------------------------------------------------------------------
+
+stage() { echo "$OUT/stage/linux-$1"; }
+
+build() {
+  local arch=$1 target="$1-unknown-linux-gnu" rustc=()
+  [ "$arch" = aarch64 ] && rustc=(env RUSTC="$RUST_ROOT/rustc")
+  say "building tinyq.so for $arch, glibc $GLIBC_MAX"
+  # From outside the repository: zig names its lib folder relative to the current folder when
+  # it is inside it, and cargo-zigbuild hands that path to bindgen, which runs elsewhere.
+  (cd "$work" && "${rustc[@]}" nice cargo zigbuild --quiet --release --lib --locked \
+    --manifest-path "$ROOT/Cargo.toml" --target "$target.$GLIBC_MAX" --target-dir "$ROOT/target/release-$arch")
+  mkdir -p "$(stage "$arch")"
+  cp "$ROOT/target/release-$arch/$target/release/libtinyq.so" "$(stage "$arch")/tinyq.so"
+}
+
+# The newest glibc symbol version a library needs, and the check that it is at most 2.17.
+glibc_needed() { objdump -T "$1" | grep -o 'GLIBC_[0-9.]*' | sort -uV | tail -1; }
+check_binary() {
+  local arch=$1 so newest
+  so="$(stage "$arch")/tinyq.so"
+  readelf -h "$so" | grep -Eq "Machine: +$([ "$arch" = x86_64 ] && echo 'Advanced Micro Devices X86-64' || echo AArch64)$" ||
+    die "$so is not an $arch library"
+  newest="$(glibc_needed "$so")"
+  [ "$(printf '%s\n' "$newest" "GLIBC_$GLIBC_MAX" | sort -V | tail -1)" = "GLIBC_$GLIBC_MAX" ] ||
+    die "$so needs $newest, more than GLIBC_$GLIBC_MAX"
+  echo "linux-$arch tinyq.so glibc versions: $(objdump -T "$so" | grep -o 'GLIBC_[0-9.]*' | sort -uV | tr '\n' ' ')"
+}
+
+# The driver scenario through the sqlite3 shell that $1 puts first on PATH ("" for the system's).
+scenario() {
+  local arch=$1 bin=$2 so version
+  so="$(stage "$arch")/tinyq.so"
+  version="$(PATH="$bin$PATH" sqlite3 :memory: ".load ${so%.so}" "SELECT tq_version()")"
+  [ "$version" = "$VERSION" ] || die "linux-$arch tq_version() is '$version', Cargo.toml says $VERSION"
+  echo "linux-$arch $(PATH="$bin$PATH" bash tests/drivers/shell/runner.sh "$so" "$SCENARIO" "$work/$arch.db")" \
+    "by $(PATH="$bin$PATH" command -v sqlite3)"
+}
+
+tarball() {
+  local arch=$1 dir
+  dir="$(stage "$arch")"
+  cp README.md LICENSE "$dir/"
+  tar --sort=name --owner=0 --group=0 --numeric-owner --mtime="@$EPOCH" -C "$dir" -cf - tinyq.so README.md LICENSE |
+    gzip -9n > "$OUT/tinyq-$VERSION-linux-$arch.tar.gz"
+}
+
+wheel() {
+  local arch=$1
+  "$PY" -m pip wheel --quiet --disable-pip-version-check --no-deps --no-index -w "$OUT" \
+    --config-settings=so="$(stage "$arch")/tinyq.so" \
+    --config-settings=platform="manylinux_2_17_$arch.manylinux2014_$arch" ./python
+}
+wheel_file() { echo "$OUT/sqlite_tinyq-$VERSION-py3-none-manylinux_2_17_$1.manylinux2014_$1.whl"; }
+
+# What a user runs after `pip install sqlite-tinyq`: tinyq.load() finds the wheel's own .so.
+WHEEL_CHECK='
+import os, platform, sqlite3, sys, tinyq
+here = os.path.dirname(tinyq.__file__)
+assert os.path.realpath(tinyq.extension_path()) == os.path.realpath(os.path.join(here, "tinyq.so")), tinyq.extension_path()
+assert not os.path.realpath(here).startswith(sys.argv[1]), here   # not the repository copy
+conn = tinyq.load(sqlite3.connect(":memory:"))
+version = conn.execute("SELECT tq_version()").fetchone()[0]
+assert version == tinyq.__version__ == sys.argv[2], (version, tinyq.__version__)
+print("tinyq %s (wheel %s) in Python %s on %s, SQLite %s: loaded %s" % (version, tinyq.__version__,
+      sys.version.split()[0], platform.machine(), sqlite3.sqlite_version,
+      os.path.relpath(tinyq.extension_path(), sys.argv[3])))
+'
+try_wheels() {
+  say "installing the x86_64 wheel into a fresh venv"
+  "$PY" -m venv "$work/venv"
+  "$work/venv/bin/pip" install --quiet --disable-pip-version-check --no-index "$(wheel_file x86_64)"
+  echo "wheel x86_64: $(cd "$work" && env -u PYTHONPATH -u TINYQ_EXT "$work/venv/bin/python" -c "$WHEEL_CHECK" "$ROOT" "$VERSION" "$work")"
+  say "installing the aarch64 wheel for arm64 Python (pip --platform), run under qemu"
+  "$PY" -m pip install --quiet --disable-pip-version-check --root-user-action=ignore --no-index --no-deps --target "$work/arm64-site" \
+    --platform manylinux2014_aarch64 --only-binary=:all: "$(wheel_file aarch64)"
+  echo "wheel aarch64: $(cd "$work" && env -u TINYQ_EXT PYTHONPATH="$work/arm64-site" \
+    "$TOOLS/arm64/python3" -c "$WHEEL_CHECK" "$ROOT" "$VERSION" "$work")"
+}
+
+npm_package() {
+  node node/pack.js "$OUT" "linux-x64=$(stage x86_64)/tinyq.so" "linux-arm64=$(stage aarch64)/tinyq.so" > /dev/null
+  # Installed as npm would (node_modules/tinyq), with the repository's better-sqlite3 beside it.
+  mkdir -p "$work/app/node_modules/tinyq"
+  tar -xzf "$OUT/tinyq-$VERSION.tgz" -C "$work/app/node_modules/tinyq" --strip-components=1
+  ln -s "$ROOT/node/node_modules/better-sqlite3" "$work/app/node_modules/better-sqlite3"
+  cat > "$work/app/check.js" << 'EOF'
+const path = require('path');
+const tinyq = require('tinyq');
+const Database = require('better-sqlite3');
+const packaged = (target) => path.join(__dirname, 'node_modules', 'tinyq', 'prebuilds', target, 'tinyq.so');
+const { version } = require('tinyq/package.json');
+if (tinyq.extensionPath() !== packaged('linux-x64')) throw new Error(tinyq.extensionPath());
+const got = tinyq.load(new Database(':memory:')).prepare('SELECT tq_version()').pluck().get();
+if (got !== version || version !== process.argv[2]) throw new Error(`${got} ${version}`);
+Object.defineProperty(process, 'arch', { value: 'arm64' });
+if (tinyq.extensionPath() !== packaged('linux-arm64')) throw new Error(tinyq.extensionPath());
+console.log(`npm tinyq ${version}: picks prebuilds/linux-x64 on x64 and prebuilds/linux-arm64 on arm64; tq_version() ${got}`);
+EOF
+  (cd "$work/app" && env -u TINYQ_EXT node check.js "$VERSION")
+}
+
+crate() {
+  local dirty=()
+  [ -n "${ALLOW_DIRTY:-}" ] && dirty=(--allow-dirty)
+  say "cargo package (builds the packaged crate once)"
+  nice cargo package --quiet --locked "${dirty[@]}" --target-dir "$ROOT/target/release-package"
+  cp "$ROOT/target/release-package/package/tinyq-$VERSION.crate" "$OUT/"
+}
+
+# -- the release ----------------------------------------------------------------------------
+
+EPOCH="$(git log -1 --format=%ct 2> /dev/null || date +%s)"
+rm -rf "$OUT" && mkdir -p "$OUT"
+zig_tools
+apt_lists
+debian_rust
+arm64_runtime
+
+build x86_64
+build aarch64
+for arch in x86_64 aarch64; do check_binary "$arch"; done
+scenario x86_64 ""
+scenario aarch64 "$TOOLS/arm64:"
+for arch in x86_64 aarch64; do tarball "$arch" && wheel "$arch"; done
+try_wheels
+npm_package
+crate
+
+rm -rf "$OUT/stage"
+(cd "$OUT" && sha256sum -- *.tar.gz *.whl *.tgz *.crate > SHA256SUMS)
+echo "dist/release (tinyq $VERSION):"
+(cd "$OUT" && ls -l -- *.tar.gz *.whl *.tgz *.crate | awk '{printf "  %-78s %9d\n", $9, $5}')
