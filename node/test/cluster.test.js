@@ -14,6 +14,7 @@ const PROGRAM = `
 const cluster = require('cluster');
 const fs = require('fs');
 const tinyq = require(${JSON.stringify(path.join(__dirname, '..'))});
+const { one } = require(${JSON.stringify(path.join(__dirname, '..', 'sql.js'))});   // any driver
 const [file, log, jobs] = [process.env.DB, process.env.LOG, Number(process.env.JOBS)];
 if (cluster.isPrimary) {
   const q = new tinyq.Queue(file, 'emails');
@@ -23,7 +24,7 @@ if (cluster.isPrimary) {
     if (++online < 4) return;
     for (let n = 0; n < jobs; n++) q.add({ n });
     const check = setInterval(() => {
-      const done = q.db.prepare("SELECT count(*) FROM tq_jobs WHERE queue = 'emails' AND state = 'done'").pluck().get();
+      const done = one(q.db, "SELECT count(*) FROM tq_jobs WHERE queue = 'emails' AND state = 'done'");
       if (done < jobs) return;
       clearInterval(check);
       for (const w of Object.values(cluster.workers)) w.kill();
