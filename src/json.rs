@@ -5,9 +5,15 @@
 
 use crate::sqlite::Val;
 
-/// What kind of value a stored value is, for tq_get's `payload_type`: `json` (text that
-/// is JSON, embedded as stored), `text` (other text, embedded as a JSON string),
-/// `integer` or `real` (embedded as numbers; NULL and blobs as null).
+/// The deepest stored JSON that is embedded as JSON. JSON readers stop near 1000 levels
+/// (SQLite's json functions at 1000 since 3.45, Python's json module near its recursion
+/// limit), and tq_get's object adds one: deeper JSON text is shown as text, a JSON string
+/// holding it exactly, so that every reader can still read the whole object.
+const MAX_DEPTH: usize = 500;
+
+/// How `embed` shows a stored value, for tq_get's `payload_type`: `json` (JSON text, as
+/// stored), `text` (other text, or JSON nested past MAX_DEPTH: a JSON string holding it),
+/// `integer` or `real` (numbers; NULL and blobs as null).
 pub fn kind(v: &Val) -> &'static str {
     match v {
         Val::Text(s) if is_json(s) => "json",
@@ -44,8 +50,8 @@ pub fn object(fields: serde_json::Value, stored: &[(&str, &Val)]) -> String {
     format!("{{{}}}", body.join(","))
 }
 
-/// Is `s` exactly one JSON value (RFC 8259), however deeply nested? Iterative, with an
-/// explicit stack, so that no input can exhaust the C stack (ERR-02).
+/// Is `s` exactly one JSON value (RFC 8259) nested at most MAX_DEPTH deep? Iterative, with
+/// an explicit stack, so that no input can exhaust the C stack (ERR-02).
 pub fn is_json(s: &str) -> bool {
     let b = s.as_bytes();
     let mut i = 0;
@@ -54,6 +60,7 @@ pub fn is_json(s: &str) -> bool {
         // A value starts at i (after spaces).
         ws(b, &mut i);
         match b.get(i) {
+            Some(b'{' | b'[') if open.len() == MAX_DEPTH => return false,
             Some(b'{') => {
                 i += 1;
                 ws(b, &mut i);
@@ -254,11 +261,15 @@ mod tests {
     }
 
     #[test]
-    fn depth_is_no_limit_and_no_danger() {
-        let deep = "[".repeat(100_000) + &"]".repeat(100_000);
-        assert!(is_json(&deep));
+    fn depth_to_500_is_json_and_any_depth_is_no_danger() {
+        let nested = |n: usize| "[".repeat(n) + &"]".repeat(n);
+        assert!(is_json(&nested(128)) && is_json(&nested(MAX_DEPTH)));
+        assert!(!is_json(&nested(MAX_DEPTH + 1)));
+        assert!(is_json(&("{\"a\":".repeat(MAX_DEPTH) + "1" + &"}".repeat(MAX_DEPTH))));
+        assert!(!is_json(&nested(100_000)));
         assert!(!is_json(&"[".repeat(100_000)));
-        assert!(!is_json(&("{\"a\":".repeat(50_000) + "1" + &"}".repeat(49_999))));
+        assert_eq!(kind(&Val::Text(nested(600))), "text");
+        assert_eq!(embed(&Val::Text(nested(600))), serde_json::Value::from(nested(600)).to_string());
     }
 
     #[test]

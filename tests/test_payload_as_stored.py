@@ -1,5 +1,5 @@
 """tq_get and tq_schedule_get show every stored value as it is stored: JSON text byte for
-byte (big numbers, duplicate keys, deep nesting and spacing kept), other text as a JSON
+byte (big numbers, duplicate keys, nesting to 500 levels and spacing kept; deeper, as text), other text as a JSON
 string, numbers as numbers, and `payload_type` tells apart what would otherwise look
 alike ('"hello"' and hello, 42 and '42'). So a tool that takes the payload from their
 JSON and writes it back (the dashboard's schedule pause and resume) keeps it byte for byte.
@@ -10,7 +10,8 @@ import pytest
 
 from helpers import claim, get, one
 
-DEEP = "[" * 200 + "]" * 200
+DEEP = "[" * 500 + "]" * 500
+DEEPER = "[" * 501 + "]" * 501  # past what JSON readers take inside tq_get's object: shown as text
 PAYLOADS = [
     # (what is stored, its payload_type)
     ('{"n": 12345678901234567890123}', "json"),
@@ -21,12 +22,13 @@ PAYLOADS = [
     (1.5, "real"),
     ('{"a": 1, "a": 2}', "json"),
     (DEEP, "json"),
+    (DEEPER, "text"),
     ('{ "spaced" :  [1, 2] }', "json"),
     ('{"é": "\\u00e9", "s": "tab\\tnewline\\n"}', "json"),
     ("not json: {", "text"),
     ("  ", "text"),
 ]
-IDS = ["big", "json-string", "text", "int", "text-42", "real", "duplicate-keys", "deep", "spacing",
+IDS = ["big", "json-string", "text", "int", "text-42", "real", "duplicate-keys", "deep", "deeper", "spacing",
        "escapes", "broken", "blank"]
 
 
