@@ -105,7 +105,7 @@ def wait(path, name, timeout):
     results[name + " switches"] = switches() - before
     conn.close()
 threads = [threading.Thread(target=wait, args=(sys.argv[1], "a%d" % i, "30s")) for i in range(5)]
-threads += [threading.Thread(target=wait, args=(sys.argv[2], "b%d" % i, "1500ms")) for i in range(5)]
+threads += [threading.Thread(target=wait, args=(sys.argv[2], "b%d" % i, "3s")) for i in range(5)]
 for t in threads: t.start()
 print(json.dumps({"ready": True}), flush=True)
 for t in threads: t.join()
@@ -120,6 +120,11 @@ print(json.dumps(results), flush=True)
         assert json.loads(proc.stdout.readline()) == {"ready": True}
         time.sleep(0.3)              # let them block
         add(conns[0], "wake", id="w1")
+        # More writes to a, each past the previous one's settling (SETTLE_MS): a b waiter that
+        # took them for its own would look every ms after each, hundreds of wake-ups in all.
+        for i in range(8):
+            time.sleep(0.15)
+            add(conns[0], "other", id="o%d" % (i + 1))
         res = json.loads(proc.stdout.readline())
     finally:
         proc.wait(timeout=60)
@@ -127,5 +132,7 @@ print(json.dumps(results), flush=True)
             c.close()
     assert {k: v for k, v in res.items() if "switches" not in k} == {**{f"a{i}": 1 for i in range(5)},
                                                                      **{f"b{i}": 0 for i in range(5)}}
-    # About 100 each if the add to a had them look every ms; a few from the closing connections.
-    assert all(res[f"b{i} switches"] <= 50 for i in range(5)), json.dumps(res)
+    # About 100 per write to a (9 of them) if b's waiters looked every ms after each; what a
+    # correct b waiter counts is a wake-up per read of the shared instance, and the GIL's
+    # hand-overs (measured up to 64 on a loaded machine).
+    assert all(res[f"b{i} switches"] <= 300 for i in range(5)), json.dumps(res)
