@@ -258,7 +258,8 @@ def test_sigterm_with_jobs_in_flight_settles_them_all_and_claims_nothing_more(db
             return [await q.add({"i": i}, id="j%02d" % i, priority=100 - i) for i in range(20)]
     ids = run(fill())
     code = textwrap.dedent("""
-        import asyncio, os, sys, tinyq
+        import asyncio, logging, os, sys, tinyq
+        logging.basicConfig(level=logging.INFO)     # tinyq says on stderr when a signal came
         async def main():
             q = tinyq.AsyncQueue(sys.argv[1], "q")
             async def handler(payload, run):
@@ -279,8 +280,16 @@ def test_sigterm_with_jobs_in_flight_settles_them_all_and_claims_nothing_more(db
                 await until(lambda: _progress(q, ids[:5]))
         run(started())
         proc.send_signal(signal.SIGTERM)
+        # The jobs end only once the worker took the signal in: a loaded machine may run the
+        # loop on before the loop reads a signal, and the jobs would end as if none came.
+        seen = []
+        while not any("finishing the work in flight" in line for line in seen):
+            line = proc.stderr.readline()
+            assert line, "".join(seen)
+            seen.append(line)
         open(db_path + ".signalled", "w").close()
         out, err = proc.communicate(timeout=60)
+        err = "".join(seen) + err
     finally:
         proc.kill()
     assert proc.returncode == 0, err
