@@ -159,6 +159,17 @@ def test_CRON_01_fall_back_time_runs_once_at_its_first_occurrence(db):
         "nightly@2026-11-02T06:30:00Z"]   # 01:30 EST
 
 
+def test_CRON_01_a_skipped_local_day_runs_once_at_its_end_and_the_schedule_goes_on(db):
+    # Apia skipped 2011-12-30: 23:59:59 on the 29th (UTC-10) was followed by the 31st (UTC+14).
+    pin(db, ms("2011-12-29T21:00:00Z"))
+    schedule(db, "noon", "q", "0 12 * * *", tz="Pacific/Apia")
+    walk(db, "q", "2011-12-29T21:00:00Z", "2011-12-31T12:00:00Z")
+    assert job_ids(db, "q") == ["noon@2011-12-29T22:00:00Z",   # noon on the 29th
+                                "noon@2011-12-30T10:00:00Z",   # the 30th's, at 00:00 on the 31st
+                                "noon@2011-12-30T22:00:00Z"]   # noon on the 31st
+    assert one(db, "SELECT next_at FROM tq_schedules") == ms("2011-12-31T22:00:00Z")
+
+
 def test_CRON_01_hourly_patterns_follow_real_hours_through_both_transitions(db):
     """A pattern that runs every hour runs once per real hour, as cron does: it skips the
     hour that does not exist and runs in both halves of the hour that occurs twice."""

@@ -4,7 +4,7 @@
 
 use std::str::FromStr;
 
-use chrono::{DateTime, TimeZone, Utc};
+use chrono::{DateTime, Offset, TimeZone, Utc};
 use chrono_tz::Tz;
 use croner::parser::{CronParser, Seconds, Year};
 use croner::Cron;
@@ -87,10 +87,7 @@ impl Timing {
     pub fn after(&self, t: i64, anchor: i64) -> Option<i64> {
         match self {
             Timing::Every(step) => Some(anchor + ((t - anchor).div_euclid(*step) + 1) * step),
-            Timing::Cron(cron, tz) => {
-                let at = tz.timestamp_millis_opt(t).single()?;
-                cron.find_next_occurrence(&at, false).ok().map(|d| d.timestamp_millis())
-            }
+            Timing::Cron(cron, tz) => next_in_zone(cron, *tz, t),
         }
     }
 
@@ -137,6 +134,54 @@ impl Timing {
             }
         }
     }
+}
+
+/// The first due time of `cron` after `t`, read in `tz`. croner finds it across an hour
+/// that a clock change skips, not across a skipped local day (Pacific/Apia skipped
+/// 2011-12-30): there it gives up, and the schedule would never fire again. So past such a
+/// gap the search starts again at its end, and the times the gap swallowed run once at
+/// its end, as a spring-forward hour's do (CRON-01); unless the pattern runs within the
+/// hour after the gap anyway (an hourly one), which then simply goes on.
+fn next_in_zone(cron: &Cron, tz: Tz, t: i64) -> Option<i64> {
+    let next = |from: i64, inclusive: bool| {
+        let at = tz.timestamp_millis_opt(from).single()?;
+        cron.find_next_occurrence(&at, inclusive).ok().map(|d| d.timestamp_millis())
+    };
+    let mut from = t;
+    for _ in 0..4 {
+        if let Some(d) = next(from, from != t) {
+            return Some(d);
+        }
+        let jump = next_offset_change(tz, from)?;
+        let wall = |ms: i64| tz.timestamp_millis_opt(ms).single().map(|d| d.naive_local().and_utc());
+        let (gap_start, gap_end) = (wall(jump - 1)?, wall(jump)?);
+        let swallowed = cron.find_next_occurrence(&gap_start, false).is_ok_and(|d| d < gap_end);
+        match next(jump, true) {
+            Some(d) if !swallowed || d < jump + HOUR => return Some(d),
+            _ if swallowed => return Some(jump),
+            _ => from = jump,
+        }
+    }
+    None
+}
+
+const HOUR: i64 = 3_600_000;
+
+/// The first ms after `t`, within about a year, at which `tz`'s offset from UTC changes.
+fn next_offset_change(tz: Tz, t: i64) -> Option<i64> {
+    let offset = |ms: i64| tz.timestamp_millis_opt(ms).single().map(|d| d.offset().fix());
+    let here = offset(t)?;
+    let mut hi = (1..=24 * 400).map(|h| t + h * HOUR).find(|&ms| offset(ms) != Some(here))?;
+    let mut lo = hi - HOUR; // the change is in (lo, hi]
+    while hi - lo > 1 {
+        let mid = lo + (hi - lo) / 2;
+        if offset(mid) == Some(here) {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    Some(hi)
 }
 
 /// A due time as the id of its job shows it: ISO-8601 UTC, to the second (ms when it has some).
@@ -188,6 +233,22 @@ mod tests {
         let d = t.after(ms("2026-10-24T12:00:00Z"), 0).unwrap();
         assert_eq!(iso(d), "2026-10-25T00:30:00Z"); // 02:30 CEST, the first
         assert_eq!(iso(t.after(d, d).unwrap()), "2026-10-26T01:30:00Z"); // not 01:30Z the same day
+    }
+
+    #[test]
+    fn a_skipped_local_day_runs_once_at_its_end_then_as_before() {
+        // Apia: 2011-12-29 23:59:59 local (UTC-10) was followed by 2011-12-31 00:00 (UTC+14).
+        let t = Timing::parse("0 12 * * *", "Pacific/Apia").unwrap();
+        let d = t.after(ms("2011-12-29T22:00:00Z"), 0).unwrap(); // after noon on the 29th
+        assert_eq!(iso(d), "2011-12-30T10:00:00Z"); // the 30th's noon, at 00:00 on the 31st
+        let d = t.after(d, d).unwrap();
+        assert_eq!(iso(d), "2011-12-30T22:00:00Z"); // noon on the 31st
+        assert_eq!(iso(t.after(d, d).unwrap()), "2011-12-31T22:00:00Z");
+        // An hourly pattern goes on at its first time after the gap; a weekly one finds its
+        // day past it; a pattern that matches no date still has no next time.
+        assert_eq!(next("15 * * * *", "Pacific/Apia", "2011-12-30T09:20:00Z"), "2011-12-30T10:15:00Z");
+        assert_eq!(next("0 9 * * mon", "Pacific/Apia", "2011-12-27T00:00:00Z"), "2012-01-01T19:00:00Z");
+        assert_eq!(Timing::parse("0 0 30 2 *", "Pacific/Apia").unwrap().after(ms("2011-12-01T00:00:00Z"), 0), None);
     }
 
     #[test]
