@@ -111,16 +111,18 @@ pub fn write(conn: &Conn, job: &Row, now: i64) -> Result<i64> {
     )
 }
 
-/// After an add that wrote nothing: a replace or debounce of a job of another queue is an
-/// error (a job never moves between queues); a started job of its queue is left alone.
+/// After an add that wrote nothing: an id whose job is in another queue is an error (ids
+/// name one job in the whole store, and a job never moves between queues: an add that
+/// silently did nothing would lose the second queue's job); a job of its queue stays.
 pub fn check_same_queue(conn: &Conn, job: &Row) -> Result<()> {
-    if job.on_conflict == OnConflict::Keep {
-        return Ok(());
-    }
     let present = conn.row("SELECT queue FROM tinyq_jobs WHERE id = ?1", &[&job.id], |st| st.text(0))?.flatten();
+    let why = match job.on_conflict {
+        OnConflict::Keep => "an id names one job of the store",
+        _ => "on_conflict never moves a job to another queue",
+    };
     match present {
         Some(queue) if queue != job.queue => bail!(
-            "option \"id\": '{}' is a job of queue '{}', not '{}': on_conflict never moves a job to another queue",
+            "option \"id\": '{}' is a job of queue '{}', not '{}': {why}",
             options::clip(job.id),
             options::clip(&queue),
             options::clip(job.queue)

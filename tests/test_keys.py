@@ -305,6 +305,7 @@ def test_KEY_01_replaces_that_move_jobs_keep_counts_buckets_and_group_heads_exac
     ({"max_wait": "x"}, "tq_add: option \"max_wait\": bad duration 'x'"),
     ({"on_conflict": "replace", "queue": "other"},
      "tq_add: option \"id\": 'j' is a job of queue 'q', not 'other': on_conflict never moves a job to another queue"),
+    ({"queue": "other"}, "tq_add: option \"id\": 'j' is a job of queue 'q', not 'other': an id names one job of the store"),
 ])
 def test_KEY_01_ERR_01_bad_options_are_errors_naming_them_and_change_nothing(db, options, message):
     pin(db, T0)
