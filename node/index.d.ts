@@ -80,6 +80,9 @@ export interface Job<P = unknown, R = unknown> {
   lease_until: number | null;
   worker: string | null;
   payload: P;
+  /** How the payload is stored: 'json' (parsed into `payload`), 'text' (a string that is not
+   * JSON), 'integer', 'real', 'null' or 'blob'. */
+  payload_type: 'json' | 'text' | 'integer' | 'real' | 'null' | 'blob';
   meta: Record<string, unknown> | null;
   result: R | null;
   error: string | null;

@@ -123,12 +123,24 @@ function options(object) {
 }
 
 /** "Name: message" for a thrown Error (the class name when `name` was left as "Error");
- * only "Name" with errors = 'class', for messages that should not travel with the job. */
+ * only "Name" with errors = 'class', for messages that should not travel with the job.
+ * Anything else thrown (`throw {code: 42}`) is shown as JSON, not as "[object Object]". */
 function errorText(err, errors = 'message') {
-  if (!(err instanceof Error)) return errors === 'class' ? typeof err : String(err);
+  if (!(err instanceof Error)) return errors === 'class' ? typeof err : thrownText(err);
   let name = err.name || 'Error';
   if (name === 'Error' && err.constructor && err.constructor.name) name = err.constructor.name;
   return err.message && errors !== 'class' ? `${name}: ${err.message}` : name;
+}
+
+/** A thrown value that is not an Error, as text: JSON where it has one, else String(). */
+function thrownText(value) {
+  if (value !== null && typeof value === 'object') {
+    try {
+      const text = JSON.stringify(value);
+      if (text !== undefined) return text;
+    } catch (_) { /* a cycle or a BigInt: String() below */ }
+  }
+  return String(value);
 }
 
 module.exports = {

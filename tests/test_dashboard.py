@@ -442,6 +442,16 @@ def test_the_page_in_headless_chromium(dashboard, db, tmp_path, browser):
     assert "2 of 2 charged" in browser.text("job-fields")
     save(browser, tmp_path, "dashboard-job.png")
 
+    # A payload stored as text that is not JSON says so: it shows as the JSON string
+    # '"hello"' would (hello), and only the stored type tells the two apart.
+    one(db, "SELECT tq_add('webhooks', 'hello', '{\"id\": \"plain:1\"}')")
+    browser.go(dashboard.rstrip("/") + "/job/plain%3A1")
+    browser.wait_for("the text payload", lambda: "payload (stored as text)" in browser.text("job-values"))
+    assert browser.text("job-payload") == "hello"
+    browser.go(dashboard.rstrip("/") + "/job/report%3Aq3")
+    browser.wait_for("report:q3 again", lambda: browser.text("job-state") == "failed")
+    assert "stored as" not in browser.text("job-values")
+
     # Retry it: asked first; then it is waiting again.
     browser.click('button[data-retry="report:q3"]')
     browser.wait_for("the question", lambda: browser.js("return document.getElementById('confirm').open"))

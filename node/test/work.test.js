@@ -248,6 +248,15 @@ test('run.meta is the job\'s meta; errors: "class" records only the error\'s cla
   await assert.rejects(q.work(async () => {}, { errors: 'stack' }), /errors must be/);
 });
 
+test('a thrown value that is not an Error is kept as JSON, not as "[object Object]"', async () => {
+  const q = newQueue();
+  const thrown = { obj: { code: 42, retry: false }, text: 'quota', num: 7, list: [1, 'a'] };
+  for (const id of Object.keys(thrown)) q.add({}, { id, attempts: 1 });
+  await workUntilSettled(q, Object.keys(thrown), async (payload, run) => { throw thrown[run.id]; });
+  assert.deepEqual(Object.keys(thrown).map((id) => q.get(id).error),
+    ['{"code":42,"retry":false}', 'quota', '7', '[1,"a"]']);
+});
+
 test('an idle worker wakes for a job added by another process, long before its poll, and the event loop runs on', async () => {
   const { execFile } = require('child_process');
   const q = newQueue();
