@@ -68,18 +68,25 @@ class Run {
 
   /** End this attempt; run again after `delay` (default: the backoff). Counts. */
   retry(delay) {
-    throw new Outcome('retry', delay);
+    throw new Outcome('retry', checkedDelay('retry', delay));
   }
 
   /** End this attempt; run again after `delay`. Does not count against the budget. */
   snooze(delay) {
-    throw new Outcome('snooze', delay);
+    throw new Outcome('snooze', checkedDelay('snooze', delay));
   }
 
   /** Fail the job for good now, with `reason` as its error. */
   fail(reason) {
     throw new Outcome('fail', String(reason));
   }
+}
+
+/** A delay as tq_settle takes it (integer ms or text such as '2.5s'), refused here, where the
+ * handler's author sees it, when it is not: 0.5 is surely seconds, and tinyq's numbers are ms. */
+function checkedDelay(name, delay) {
+  if (delay === undefined || delay === null || typeof delay === 'string' || Number.isInteger(delay)) return delay;
+  throw new TypeError(`run.${name}(delay): delay must be integer ms or text such as '2.5s', not ${String(delay)}`);
 }
 
 module.exports = { Run, Outcome, Cancelled };

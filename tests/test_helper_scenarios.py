@@ -73,4 +73,7 @@ def test_helper_scenario(tmp_path, helper, index):
     if expect.get("result_has"):
         for (result,) in conn.execute("SELECT tq_get(id) ->> 'result' FROM tq_jobs WHERE queue = 'q'"):
             assert expect["result_has"] in str(result), result
+    if expect.get("error_has"):
+        for (error,) in conn.execute("SELECT tq_get(id) ->> 'error' FROM tq_jobs WHERE queue = 'q'"):
+            assert expect["error_has"] in str(error), error
     conn.close()

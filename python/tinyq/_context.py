@@ -3,6 +3,7 @@ attributes, the job context (a contextvar) and the logging filter that reads it.
 from __future__ import annotations
 
 import contextvars
+import datetime
 import logging
 from typing import Any, Dict, Optional
 
@@ -68,11 +69,11 @@ class RunBase:
 
     def retry(self, delay: Any = None) -> None:
         """End this attempt; run again after `delay` (default: the backoff). Counts."""
-        raise Outcome("retry", _ms(delay))
+        raise Outcome("retry", _delay("retry", delay))
 
     def snooze(self, delay: Any) -> None:
         """End this attempt; run again after `delay`. Does not count against the budget."""
-        raise Outcome("snooze", _ms(delay))
+        raise Outcome("snooze", _delay("snooze", delay))
 
     def fail(self, reason: Any) -> None:
         """Fail the job for good now, with `reason` as its error."""
@@ -80,6 +81,16 @@ class RunBase:
 
     def __repr__(self) -> str:
         return "%s(id=%r, attempt=%r)" % (type(self).__name__, self.id, self.attempt)
+
+
+def _delay(name: str, delay: Any) -> Any:
+    """A delay as tq_settle takes it: integer ms, text such as '2.5s', or a timedelta. A
+    float is refused here, where the handler's author sees it: 0.5 is surely seconds, and
+    tinyq's numbers are ms (the job would otherwise end as an error, counted)."""
+    if isinstance(delay, bool) or not (delay is None or isinstance(delay, (int, str, datetime.timedelta))):
+        raise TypeError("run.%s(delay): delay must be integer ms, text such as '2.5s', or a timedelta, not %r"
+                        % (name, delay))
+    return _ms(delay)
 
 
 class JobContextFilter(logging.Filter):
