@@ -148,15 +148,18 @@ class Queue {
    */
   work(handler, opts = {}) {
     if (this._working) throw new Error('this Queue is already working');
-    this._stopping = false;
+    // A stop() is never lost: one asked before work() makes it resolve at once (with 0), as
+    // in Python's two helpers; each work() then leaves the next one unstopped.
     this._working = workLoop(this, handler, opts).finally(() => {
       this._working = null;
+      this._stopping = false;
       this._wake = () => {};
     });
     return this._working;
   }
 
-  /** Claim nothing more; the promise resolves once work() has finished its jobs in flight.
+  /** Claim nothing more; the promise resolves once work() has finished its jobs in flight
+   * (before work(), the next work() claims nothing and resolves with 0).
    * Called from one of this queue's handlers it resolves at once (with 0): waiting would
    * wait for the handler itself; work()'s own promise tells when everything has settled. */
   stop() {

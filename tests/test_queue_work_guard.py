@@ -72,3 +72,35 @@ def test_sys_exit_in_an_async_handler_ends_work_and_is_no_job_error(db_path):
     got = [j for j in q.watch() if j["state"] == "error"]
     assert got == [], got
     q.close()
+
+
+def test_a_stop_before_work_is_not_lost_in_both_helpers(db_path):
+    """One rule with Node's: a stop() asked before work() makes that work() claim nothing and
+    return 0 (a stop from another thread that came first is not lost); the next one works."""
+    import asyncio
+    q = tinyq.Queue(db_path, "q")
+    first, second = q.add({"n": 1}), q.add({"n": 2})
+    q.stop()
+    assert q.work(lambda payload, run: None, poll=0.05) == 0
+    assert q.get(first)["state"] == "waiting"
+
+    def handler(payload, run):
+        q.stop()
+    assert q.work(handler, poll=0.05) == 1 and q.get(first)["state"] == "done"
+
+    async def main():
+        aq = tinyq.AsyncQueue(db_path, "q")
+        aq.stop()
+        handled = [await asyncio.wait_for(aq.work(nothing, poll=0.05), 30)]
+
+        async def stopping(payload, run):
+            aq.stop()
+        handled.append(await asyncio.wait_for(aq.work(stopping, poll=0.05), 30))
+        await aq.close()
+        return handled
+
+    async def nothing(payload, run):
+        return None
+    assert asyncio.run(main()) == [0, 1]
+    assert q.get(second)["state"] == "done"
+    q.close()

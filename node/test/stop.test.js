@@ -24,3 +24,15 @@ test('await queue.stop() inside a handler resolves, and work() settles the job a
   assert.equal(q.get(id).state, 'done');
   q.close();
 });
+
+test('a stop() before work() is not lost: that work() claims nothing and resolves with 0, the next one works', async () => {
+  const q = new tinyq.Queue(tempDb(), 'q');
+  const id = q.add({ n: 1 });
+  assert.equal(await q.stop(), 0);
+  assert.equal(await q.work(async () => 'ran', { poll: 50 }), 0);
+  assert.equal(q.get(id).state, 'waiting');
+  const working = q.work(async () => { setImmediate(() => q.stop()); return 'ran'; }, { poll: 50 });
+  assert.equal(await working, 1);
+  assert.equal(q.get(id).state, 'done');
+  q.close();
+});
