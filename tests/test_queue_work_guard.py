@@ -69,8 +69,9 @@ def test_sys_exit_in_an_async_handler_ends_work_and_is_no_job_error(db_path):
     except SystemExit:
         pass
     q = tinyq.Queue(db_path, "q")
-    got = [j for j in q.watch() if j["state"] == "error"]
-    assert got == [], got
+    # An error settled would show as the job scheduled again, with the error as its detail.
+    states = [(e["state"], e["detail"]) for e in q.watch()]
+    assert [s for s, _ in states] == ["waiting", "running"], states
     q.close()
 
 
@@ -103,4 +104,31 @@ def test_a_stop_before_work_is_not_lost_in_both_helpers(db_path):
         return None
     assert asyncio.run(main()) == [0, 1]
     assert q.get(second)["state"] == "done"
+    q.close()
+
+
+def test_a_cancelled_async_handler_is_no_job_error_and_its_job_runs_again(db_path):
+    """A CancelledError out of a handler is not the job's error (it was not counted as a
+    failure and retried as one): the job is left to its lease, then runs again."""
+    import asyncio
+
+    async def main():
+        q = tinyq.AsyncQueue(db_path, "q")
+        await q.settings(lease="1s")
+        job = await q.add({"n": 1})
+
+        async def handler(payload, run):
+            if run.attempt == 1:
+                raise asyncio.CancelledError()
+            q.stop()
+            return "second"
+        assert await asyncio.wait_for(q.work(handler, poll=0.05), 60) == 2
+        got = await q.get(job)
+        await q.close()
+        return got
+    got = asyncio.run(main())
+    assert (got["state"], got["attempt"], got["result"]) == ("done", 2, "second")
+    q = tinyq.Queue(db_path, "q")
+    # An error settled would show as the job scheduled again, with "CancelledError" as its detail.
+    assert [e["state"] for e in q.watch()] == ["waiting", "running", "waiting", "running", "done"], q.watch()
     q.close()

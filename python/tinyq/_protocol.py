@@ -3,6 +3,7 @@ their arguments and name, the claim / settle / renew / step / progress SQL, the 
 slices an idle worker sleeps in, and SIGTERM / SIGINT while work() runs."""
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import os
@@ -149,9 +150,16 @@ def claim_in(conn: Any, claim: str, args: tuple) -> List[Dict[str, Any]]:
 def outcome_of_exception(exc: BaseException, errors: str) -> Tuple[Optional[str], Any]:
     """What a handler's exception settles: its Outcome, else an error with its text. A
     KeyboardInterrupt or SystemExit (sys.exit) is no job's error: it goes up, work() stops
-    and raises it, and the interrupted job runs again once its lease has run out."""
+    and raises it, and the interrupted job runs again once its lease has run out. An
+    asyncio handler that was cancelled (CancelledError) did not fail either: its job is not
+    settled, and runs again once its lease has run out (its attempt counted, as JOB-03 says,
+    so a handler cancelled every time still ends failed)."""
     if isinstance(exc, (KeyboardInterrupt, SystemExit)):
         raise exc
+    if isinstance(exc, asyncio.CancelledError):
+        log.warning("tinyq: a handler was cancelled: its job is not settled, and runs again "
+                    "once its lease has run out")
+        return None, None
     if isinstance(exc, Outcome):
         return exc.outcome, exc.value
     return "error", error_text(exc, errors)
