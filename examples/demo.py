@@ -21,7 +21,8 @@ DB = os.path.join(HERE, "demo.db")
 QUEUE = "replies"
 LEASE = "2s"                 # short, so a dead worker's lease runs out within the demo
 MODEL_SECONDS = 1.5          # the deliberately slow fake model call
-SEND_SECONDS = 1.0           # time spent "sending"; worker 1 is killed in here
+SEND_SECONDS = 1.0           # time spent "sending"
+STUCK_SECONDS = 60.0         # worker 1's send hangs (a stuck provider); it is killed in here
 ANSWER = "Hello! Your parcel left the warehouse this morning."
 START = float(os.environ.get("DEMO_START", time.time()))   # workers share the clock
 
@@ -51,8 +52,12 @@ def worker(n):
             say(who, "step 'answer' kept: %r" % answer)
         else:
             say(who, "step 'answer' came back kept, the model was not asked again: %r" % answer)
-        say(who, "sending the reply...")
-        time.sleep(SEND_SECONDS)
+        if n == 1:
+            say(who, "sending the reply... (the mail provider hangs)")
+            time.sleep(STUCK_SECONDS)
+        else:
+            say(who, "sending the reply...")
+            time.sleep(SEND_SECONDS)
         cur = run.conn.execute(
             "INSERT INTO messages (reply_to, body) VALUES (?, ?) "
             "ON CONFLICT (reply_to) DO NOTHING", (payload["messageId"], answer))
@@ -110,7 +115,7 @@ def main():
     say("demo", "message 41 and job reply:41 committed in one transaction")
 
     first = spawn(1)
-    deadline = time.time() + 10
+    deadline = time.time() + 60
     while conn.execute("SELECT tq_step_get('reply:41', 'answer')").fetchone()[0] is None:
         if time.time() > deadline or first.poll() is not None:
             raise SystemExit("worker 1 never kept its step")
@@ -124,9 +129,8 @@ def main():
         "(or, at the latest, the %s lease runs out)" % LEASE)
 
     second = spawn(2)
-    second.wait(timeout=30)
-    time.sleep(0.2)                          # let the watcher print the last events
-    stop_watching.set()
+    second.wait(timeout=60)
+    stop_watching.set()                      # the watcher reads once more: the last events
     watch_thread.join()
 
     job = replies.get("reply:41")
