@@ -427,6 +427,23 @@ def test_the_page_in_headless_chromium(dashboard, db, tmp_path, browser):
     browser.js("document.getElementById('jobs-title').scrollIntoView()")
     save(browser, tmp_path, "dashboard-lists.png")
 
+    # A list answer older than the one shown is dropped: the waiting list, asked for first,
+    # is answered after the failed list asked next, which stays.
+    browser.js("""
+        window.slowAnswers = 0;
+        window.plainFetch = window.fetch;
+        window.fetch = (url, options) => {
+          const answer = window.plainFetch(url, options);
+          if (!String(url).includes('state=waiting')) return answer;
+          return answer.then((r) => new Promise((resolve) => setTimeout(() => {
+            window.slowAnswers += 1; resolve(r); }, 800)));
+        };""")
+    browser.click('#list-states button[data-state="waiting"]')
+    browser.click('#list-states button[data-state="failed"]')
+    browser.wait_for("the slow answer", lambda: browser.js("return window.slowAnswers") >= 1)
+    assert "failed" in browser.text("jobs-title") and "report:q3" in browser.text("jobs")
+    browser.js("window.fetch = window.plainFetch")
+
     # Open the failed job from the list and read its timeline.
     browser.click('#jobs a[data-id="report:q3"]')
     browser.wait_for("the job's timeline", lambda: "report-worker-2" in browser.text("job-timeline"))
