@@ -1,7 +1,10 @@
 //! The optional JSON `options` argument, and checks on plain arguments. Every message
 //! names the argument or key; the function wrapper adds the function's name.
 
+use std::collections::HashMap;
+
 use serde::de::{Deserialize, Deserializer, MapAccess, Visitor};
+use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 use crate::sqlite::{Error, Result, Val};
@@ -10,7 +13,12 @@ use crate::time;
 /// Longest id, queue name, group key or step name, in bytes.
 pub const MAX_NAME: usize = 1000;
 
-pub struct Options(Map<String, Value>);
+pub struct Options {
+    map: Map<String, Value>,
+    /// The options' text as given: `object` keeps its value's text from it (a Value would
+    /// round big numbers and drop a key given twice).
+    given: Option<String>,
+}
 
 /// A time given as a time, or as a duration from now.
 pub enum Moment {
@@ -21,11 +29,11 @@ pub enum Moment {
 impl Options {
     /// Parses `options` (NULL or absent means none) and rejects keys outside `allowed`.
     pub fn parse(v: Option<&Val>, allowed: &[&str]) -> Result<Options> {
-        let map = match v {
-            None | Some(Val::Null) => Map::new(),
+        let (map, given) = match v {
+            None | Some(Val::Null) => (Map::new(), None),
             Some(Val::Text(s)) => match serde_json::from_str::<Keys>(s) {
                 Ok(Keys { twice: Some(k), .. }) => bail!("options give the key \"{}\" twice", clip(&k)),
-                Ok(Keys { map, .. }) => map,
+                Ok(Keys { map, .. }) => (map, Some(s.clone())),
                 // Valid JSON of another type is a data error; anything else says what is wrong.
                 Err(e) if e.is_data() => bail!("options must be a JSON object, not {}", quote(s)),
                 Err(e) => bail!("options are not valid JSON ({e}): {}", quote(s)),
@@ -35,16 +43,16 @@ impl Options {
         if let Some(k) = map.keys().find(|k| !allowed.contains(&k.as_str())) {
             bail!("unknown option \"{}\" (known: {})", clip(k), allowed.join(", "));
         }
-        Ok(Options(map))
+        Ok(Options { map, given })
     }
 
     /// Is the key given at all (a null value included)?
     pub fn present(&self, key: &str) -> bool {
-        self.0.contains_key(key)
+        self.map.contains_key(key)
     }
 
     fn raw(&self, key: &str) -> Option<&Value> {
-        self.0.get(key).filter(|v| !v.is_null())
+        self.map.get(key).filter(|v| !v.is_null())
     }
 
     pub fn text(&self, key: &str) -> Result<Option<String>> {
@@ -82,15 +90,22 @@ impl Options {
         }
     }
 
-    /// A JSON object (such as `meta`), kept as its JSON text.
+    /// A JSON object (such as `meta`), kept as its JSON text as given.
     pub fn object(&self, key: &str) -> Result<Option<String>> {
         match self.raw(key) {
             None => Ok(None),
-            Some(v @ Value::Object(_)) => Ok(Some(v.to_string())),
+            Some(v @ Value::Object(_)) => Ok(Some(self.given_text(key).unwrap_or_else(|| v.to_string()))),
             Some(v) => {
                 bail!("option \"{key}\" must be a JSON object like {{\"tenant\": \"acme\"}}, not {}", json_kind(v))
             }
         }
+    }
+
+    /// The text of `key`'s value as the options gave it (parsed again, only for this key).
+    fn given_text(&self, key: &str) -> Option<String> {
+        let given = self.given.as_deref()?;
+        let values: HashMap<&str, &RawValue> = serde_json::from_str(given).ok()?;
+        values.get(key).map(|v| v.get().to_string())
     }
 
     pub fn duration(&self, key: &str) -> Result<Option<i64>> {

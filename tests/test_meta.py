@@ -22,6 +22,18 @@ def test_meta_is_kept_beside_the_payload_and_returned_by_tq_get(db):
     assert get(db, "j2")["meta"] is None
 
 
+def test_meta_is_kept_as_given_its_big_numbers_key_order_and_keys_given_twice(db):
+    """As the payload is: a meta read back through a number type or a map would lose its
+    big integers, its key order and a key given twice (JSON says nothing of those)."""
+    given = '{"zeta": 1, "order_id": 123456789012345678901234567890, "alpha": 0.1000000000000000055, "k": 1, "k": 2}'
+    one(db, "SELECT tq_add('q', '{}', json_object('id', 'j1', 'meta', json(?)))", given)
+    one(db, "SELECT tq_add('q', '{}', '{\"id\": \"j2\", \"meta\": ' || ? || '}')", given)
+    kept = [one(db, "SELECT meta FROM tq_jobs WHERE id = ?", i) for i in ("j1", "j2")]
+    assert kept[1] == given
+    assert kept[0] == one(db, "SELECT json(?)", given)      # what json() made of it, as it made it
+    assert '"zeta": 1, "order_id": 123456789012345678901234567890' in one(db, "SELECT tq_get('j2')")
+
+
 def test_meta_is_listed_by_tq_jobs(db):
     add(db, "q", id="j1", meta=META)
     add(db, "q", id="j2")
