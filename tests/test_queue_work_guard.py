@@ -2,6 +2,8 @@
 already working is refused (AsyncQueue and Node already refused it); sys.exit() in a handler
 ends work() instead of being recorded as the job's error."""
 import os
+import signal
+import subprocess
 import sys
 import threading
 
@@ -132,3 +134,60 @@ def test_a_cancelled_async_handler_is_no_job_error_and_its_job_runs_again(db_pat
     # An error settled would show as the job scheduled again, with "CancelledError" as its detail.
     assert [e["state"] for e in q.watch()] == ["waiting", "running", "waiting", "running", "done"], q.watch()
     q.close()
+
+
+HUNG_DRAIN = r"""
+import asyncio, logging, signal, sys, threading, time
+import tinyq
+logging.basicConfig(level=logging.INFO)         # tinyq says on stderr when a signal came
+# As in a terminal: a shell's background jobs (and so, maybe, this test) start with SIGINT
+# ignored, which Python then keeps.
+signal.signal(signal.SIGINT, signal.default_int_handler)
+db, kind = sys.argv[1], sys.argv[2]
+if kind == "threads":
+    q = tinyq.Queue(db, "q")
+    q.add({"n": 1})
+    def handler(payload, run):
+        print("started", flush=True)
+        threading.Event().wait()                 # hangs: the drain never ends by itself
+    q.work(handler, poll=0.05)
+else:
+    async def main():
+        q = tinyq.AsyncQueue(db, "q")
+        await q.add({"n": 1})
+        async def handler(payload, run):
+            print("started", flush=True)
+            await asyncio.Event().wait()
+        await q.work(handler, poll=0.05)
+    asyncio.run(main())
+print("work returned", flush=True)
+"""
+
+
+@pytest.mark.parametrize("kind", ["threads", "asyncio"])
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_a_second_signal_ends_a_drain_that_hangs(db_path, kind, sig):
+    """The first signal asks work() to finish the job in flight; its handler never returns,
+    so the second signal acts as it would without tinyq: SIGINT raises KeyboardInterrupt,
+    SIGTERM ends the process (the job runs again once its lease has run out)."""
+    env = dict(os.environ, TINYQ_EXT=os.path.join(ROOT, "dist", "tinyq"),
+               PYTHONPATH=os.path.join(ROOT, "python"))
+    proc = subprocess.Popen([sys.executable, "-c", HUNG_DRAIN, db_path, kind], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        assert proc.stdout.readline() == "started\n"
+        proc.send_signal(sig)
+        seen = []
+        while not any("finishing the work in flight" in line for line in seen):
+            line = proc.stderr.readline()
+            assert line, "".join(seen)
+            seen.append(line)
+        proc.send_signal(sig)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert "work returned" not in out
+    if sig == signal.SIGINT:
+        assert "KeyboardInterrupt" in err and proc.returncode != 0, (proc.returncode, err)
+    else:
+        assert proc.returncode == -signal.SIGTERM, (proc.returncode, err)

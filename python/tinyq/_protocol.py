@@ -257,11 +257,14 @@ def wait_for_work(conn: Any, queue: str, poll: float, stopped: Callable[[], bool
 
 
 def stop_on_signals(stop: Callable[[], None], loop: Any = None) -> Callable[[], None]:
-    """In the main thread, SIGTERM and SIGINT call stop(). Without `loop` (threads) the
-    first signal also puts the previous handlers back, so a second one acts as before;
-    with an asyncio `loop`, the signals go through the loop and each one calls stop(),
-    then the loop's own handler for it if the app had one (aiohttp's run_app has), which
-    is put back afterwards. Returns the function that puts the previous handlers back."""
+    """In the main thread, SIGTERM and SIGINT call stop(), and a second signal ends a drain
+    that hangs. Without `loop` (threads) the first signal puts the previous handlers back,
+    so a second one acts as before work(). With an asyncio `loop` the signals go through
+    the loop: each runs the loop's own handler for it too if the app had one (aiohttp's
+    run_app has); a second one puts the previous handlers back and, without an app's
+    handler, raises KeyboardInterrupt (SIGINT: asyncio.run's own first Ctrl-C would only
+    cancel work(), which drains again) or is sent again (SIGTERM: it then ends the process
+    as before). Returns the function that puts the previous handlers back."""
     if threading.current_thread() is not threading.main_thread():
         return lambda: None
     previous: Dict[int, Any] = {}
@@ -278,13 +281,27 @@ def stop_on_signals(stop: Callable[[], None], loop: Any = None) -> Callable[[], 
                     continue
             signal.signal(sig, old if old is not None else signal.SIG_DFL)
 
+    signalled = set()
+
     def on_signal(signum: int, frame: Any = None) -> None:
-        log.info("tinyq: signal %s: finishing the work in flight", signum)
+        app = app_handlers.get(signum)
+        if loop is not None and signum in signalled:
+            log.info("tinyq: signal %s again: no more waiting for the work in flight", signum)
+            restore()
+            if app is not None:
+                app._run()
+            elif signum == signal.SIGINT:
+                raise KeyboardInterrupt
+            else:
+                os.kill(os.getpid(), signum)
+            return
+        signalled.add(signum)
+        log.info("tinyq: signal %s: finishing the work in flight (a second one stops waiting)", signum)
         stop()
         if loop is None:
             restore()
-        elif signum in app_handlers:
-            app_handlers[signum]._run()
+        elif app is not None:
+            app._run()
 
     for sig in (signal.SIGTERM, signal.SIGINT):
         old = signal.getsignal(sig)
