@@ -80,6 +80,7 @@ const SCALARS: &[(&str, c_int, c_int, sqlite::Body)] = &[
 
 /// Registers everything on a connection: sqlite/load.rs calls this.
 fn register_all(conn: &Rc<Conn>) -> Result<()> {
+    refuse_temp_shadows(conn)?;
     for &(name, n, flags, body) in SCALARS {
         register_function(conn, name, n, flags, body)?;
     }
@@ -90,6 +91,24 @@ fn register_all(conn: &Rc<Conn>) -> Result<()> {
     register_table::<tables::Schedules>(conn)?;
     register_table::<tables::Steps>(conn)?;
     register_table::<sqlite::Statements>(conn)?;
+    Ok(())
+}
+
+/// tinyq's SQL names its tables unqualified, and SQLite finds a TEMP object of the same
+/// name first: a `temp.tinyq_jobs` (or a TEMP table named like one of tinyq's tables)
+/// would silently take the store's place. Refused at load, where it is seen (tinyq's own
+/// `temp.tq_claim`, from an earlier load on this connection, is no shadow).
+fn refuse_temp_shadows(conn: &Conn) -> Result<()> {
+    let shadows = conn.rows(
+        "SELECT type, name FROM temp.sqlite_master
+         WHERE (name LIKE 'tinyq\\_%' ESCAPE '\\' OR name LIKE 'tq\\_%' ESCAPE '\\')
+           AND coalesce(sql, '') NOT LIKE 'CREATE VIRTUAL TABLE % USING tinyq\\_%' ESCAPE '\\'",
+        &[],
+        |st| format!("{} temp.{}", st.text(0).unwrap_or_default(), st.text(1).unwrap_or_default()),
+    )?;
+    if let Some(first) = shadows.first() {
+        bail!("the {first} would hide tinyq's own (names tinyq_* and tq_* are tinyq's): drop it, then load tinyq");
+    }
     Ok(())
 }
 
