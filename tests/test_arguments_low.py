@@ -126,3 +126,19 @@ def test_ERR_01_an_infinite_number_is_not_data(store):
     # Text that is not JSON stays text: kept and shown as given, not as null.
     one(store, "SELECT tq_add('q', '[Infinity]', '{\"id\": \"t\"}')")
     assert get(store, "t")["payload"] == "[Infinity]"
+
+
+@pytest.mark.parametrize("sql, column", [
+    ("SELECT * FROM tq_watch WHERE since > 0", "since"),
+    ("SELECT * FROM tq_watch(0) WHERE of_queue <> 'q'", "of_queue"),
+    ("SELECT * FROM tq_watch WHERE since IS 0", "since"),
+    ("SELECT * FROM tq_steps WHERE job LIKE 'a%'", "job"),
+])
+def test_ERR_01_an_argument_compared_other_than_with_equals_is_an_error(db, sql, column):
+    """`tq_watch WHERE since > 0` answered nothing (the rows leave their argument columns
+    NULL): an argument is given with = or in the call."""
+    add(db, "q", id="a")
+    with pytest.raises(sqlite3.OperationalError, match=f'"{column}" is an argument: give it with ='):
+        db.execute(sql).fetchall()
+    assert len(db.execute("SELECT * FROM tq_watch WHERE since = 0").fetchall()) == 1
+    assert len(db.execute("SELECT * FROM tq_jobs WHERE state <> 'done'").fetchall()) == 1   # visible: a filter

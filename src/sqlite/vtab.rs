@@ -237,6 +237,7 @@ unsafe extern "C" fn x_best_index<T: TableFn>(vtab: *mut sqlite3_vtab, info: *mu
         if T::LEASES {
             refuse_filters::<T>(cons)?;
         }
+        refuse_unequal_arguments::<T>(cons)?;
         let mut mask = 0;
         for (k, &col) in T::FILTERS.iter().enumerate() {
             if let Some(i) = cons
@@ -278,6 +279,26 @@ fn refuse_filters<T: TableFn>(cons: &[sqlite3_index_constraint]) -> Result<()> {
         if c.op != SQLITE_INDEX_CONSTRAINT_LIMIT && !T::FILTERS.contains(&(c.iColumn as usize)) {
             let column = column_name(T::SCHEMA, c.iColumn);
             bail!("claim, then filter: a WHERE or join on its column \"{column}\" would lease jobs the statement never returns; take every row it claims (a LIMIT caps n) and filter them after");
+        }
+    }
+    Ok(())
+}
+
+/// An argument (a hidden filter column: `since`, `queue`...) is given with `=`: any other
+/// comparison would reach the rows as a filter on a column they leave NULL, and the
+/// statement would quietly answer nothing (`tq_watch WHERE since > 0`).
+fn refuse_unequal_arguments<T: TableFn>(cons: &[sqlite3_index_constraint]) -> Result<()> {
+    for c in cons {
+        let Ok(col) = usize::try_from(c.iColumn) else { continue };
+        let argument = col >= T::VISIBLE && T::FILTERS.contains(&col) && !T::OUTPUT_HIDDEN.contains(&col);
+        let other = ![SQLITE_INDEX_CONSTRAINT_EQ, SQLITE_INDEX_CONSTRAINT_LIMIT, SQLITE_INDEX_CONSTRAINT_OFFSET]
+            .contains(&c.op);
+        if argument && other {
+            let column = column_name(T::SCHEMA, c.iColumn);
+            bail!(
+                "\"{column}\" is an argument: give it with = or in the call, {}(...), not with another comparison",
+                T::NAME
+            );
         }
     }
     Ok(())
