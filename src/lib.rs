@@ -99,13 +99,13 @@ fn register_all(conn: &Rc<Conn>) -> Result<()> {
 /// would silently take the store's place. Refused at load, where it is seen (tinyq's own
 /// `temp.tq_claim`, from an earlier load on this connection, is no shadow).
 fn refuse_temp_shadows(conn: &Conn) -> Result<()> {
-    let shadows = conn.rows(
-        "SELECT type, name FROM temp.sqlite_master
+    const SHADOWS: &str = "SELECT type, name FROM temp.sqlite_master
          WHERE (name LIKE 'tinyq\\_%' ESCAPE '\\' OR name LIKE 'tq\\_%' ESCAPE '\\')
-           AND coalesce(sql, '') NOT LIKE 'CREATE VIRTUAL TABLE % USING tinyq\\_%' ESCAPE '\\'",
-        &[],
-        |st| format!("{} temp.{}", st.text(0).unwrap_or_default(), st.text(1).unwrap_or_default()),
-    )?;
+           AND coalesce(sql, '') NOT LIKE 'CREATE VIRTUAL TABLE % USING tinyq\\_%' ESCAPE '\\'";
+    let shadows = conn
+        .rows(SHADOWS, &[], |st| format!("{} temp.{}", st.text(0).unwrap_or_default(), st.text(1).unwrap_or_default()));
+    conn.forget(SHADOWS);
+    let shadows = shadows?;
     if let Some(first) = shadows.first() {
         bail!("the {first} would hide tinyq's own (names tinyq_* and tq_* are tinyq's): drop it, then load tinyq");
     }

@@ -50,8 +50,6 @@ ALLOWED = [
      "tq_schedules lists every schedule: the scan is the answer, in name order by the primary key"),
     ("FROM sqlite_master WHERE type = 'table' AND name = 'tinyq_meta'", "SCAN sqlite_master",
      "is there a store? SQLite's schema table: a few rows, read until the store is known on this connection"),
-    ("FROM temp.sqlite_master WHERE (name LIKE 'tinyq", "SCAN temp.sqlite_master",
-     "at load, once per connection: the connection's own TEMP objects, looked at for names that would hide tinyq's"),
     ("UPDATE tinyq_meta SET value = value WHERE 0", "SCAN tinyq_meta",
      "WHERE 0 matches nothing and SQLite reads no row: the statement only takes the write lock"),
 ]

@@ -173,6 +173,15 @@ impl Conn {
         }
     }
 
+    /// Finalizes `sql`'s cached copies and forgets its work: for a statement run once, at
+    /// load, that is no part of what tq_statements shows of tinyq's work.
+    pub fn forget(&self, sql: &'static str) {
+        for raw in self.cache.borrow_mut().remove(&SqlKey(sql)).unwrap_or_default() {
+            unsafe { sql!(finalize(raw)) };
+        }
+        self.work.borrow_mut().remove(&SqlKey(sql));
+    }
+
     /// Finalizes every cached statement (the connection is closing).
     pub fn clear_cache(&self) {
         for (_, stmts) in self.cache.borrow_mut().drain() {
