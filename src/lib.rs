@@ -77,7 +77,6 @@ const SCALARS: &[(&str, c_int, c_int, sqlite::Body)] = &[
     ("tq_now", -1, INNOCUOUS, tq_now),
     ("tq_version", -1, INNOCUOUS, tq_version),
     ("tq_debug", -1, INNOCUOUS, tq_debug),
-    ("tq_check", 0, INNOCUOUS, check::tq_check),
     ("tq_check", -1, DIRECT_ONLY, check::tq_check),
 ];
 
