@@ -78,22 +78,6 @@ pub fn assign_slots(conn: &Conn) -> Result<i64> {
     Ok(changed)
 }
 
-/// The jobs whose stored slot is not their id's (ids, at most `most`), and how many in all.
-pub fn wrong_slots(conn: &Conn, most: usize) -> Result<(Vec<String>, i64)> {
-    let mut st = conn.query("SELECT id, slot FROM tinyq_jobs", &[])?;
-    let (mut ids, mut n) = (vec![], 0);
-    while st.step()? {
-        let id = st.text(0).unwrap_or_default();
-        if slot(&id) != st.opt_int(1) {
-            n += 1;
-            if ids.len() < most {
-                ids.push(id);
-            }
-        }
-    }
-    Ok((ids, n))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -26,12 +26,12 @@ pub fn check(conn: &Conn, shape: &Shape, problems: &mut Vec<Problem>) -> Result<
         limits(conn, &q, problems)?;
     }
     let orphans =
-        conn.one_int("SELECT count(*) FROM tinyq_steps WHERE job NOT IN (SELECT seq FROM tinyq_jobs)", &[])?;
+        conn.one_int(checking!("SELECT count(*) FROM tinyq_steps WHERE job NOT IN (SELECT seq FROM tinyq_jobs)"), &[])?;
     if let Some(n @ 1..) = orphans {
         let detail = format!("{n} steps of jobs that are gone (a later job with the same seq would read them)");
         problems.push(Problem::new("steps", None, "tinyq_steps", detail));
     }
-    let (ids, n) = marks::wrong_slots(conn, 3)?;
+    let (ids, n) = wrong_slots(conn, 3)?;
     if n > 0 {
         let detail = format!(
             "{n} jobs hold a slot that is not their id's (such as {}): a later job of the same id may repeat an attempt (JOB-05)",
@@ -75,9 +75,11 @@ fn statuses(conn: &Conn, shape: &Shape, problems: &mut Vec<Problem>) -> Result<(
 /// A line over 1024 jobs is cut into buckets, and `spill` says whether it is.
 fn lines(conn: &Conn, problems: &mut Vec<Problem>) -> Result<()> {
     let rows = conn.rows(
-        "SELECT c.queue, c.spill IS NULL, EXISTS (SELECT 1 FROM tinyq_buckets b WHERE b.queue = c.queue),
+        checking!(
+            "SELECT c.queue, c.spill IS NULL, EXISTS (SELECT 1 FROM tinyq_buckets b WHERE b.queue = c.queue),
                 (SELECT count(*) FROM tinyq_jobs j WHERE j.status = 'queued' AND j.queue = c.queue)
-         FROM tinyq_counts c ORDER BY c.queue",
+         FROM tinyq_counts c ORDER BY c.queue"
+        ),
         &[],
         |st| (st.text(0).unwrap_or_default(), st.int(1) != 0, st.int(2) != 0, st.int(3)),
     )?;
@@ -101,7 +103,7 @@ fn lines(conn: &Conn, problems: &mut Vec<Problem>) -> Result<()> {
 /// Each bucket counts the queued jobs from its key to the next bucket's.
 fn buckets(conn: &Conn, problems: &mut Vec<Problem>) -> Result<()> {
     let rows = conn.rows(
-        concat!(
+        checking!(
             "WITH b AS (SELECT queue, key, n, row_number() OVER (PARTITION BY queue ORDER BY key) AS i FROM tinyq_buckets),
                   k AS (SELECT queue, ",
             line_key!(),
@@ -125,7 +127,7 @@ fn buckets(conn: &Conn, problems: &mut Vec<Problem>) -> Result<()> {
         problems.push(Problem::new("buckets", Some(&queue), "tinyq_buckets", detail));
     }
     let misplaced = conn.rows(
-        concat!(
+        checking!(
             "SELECT queue, key FROM tinyq_buckets WHERE CASE WHEN key = '' THEN
                  priority IS NOT NULL OR run_at IS NOT NULL OR seq IS NOT NULL ELSE key IS NOT ",
             line_key!(),
@@ -144,13 +146,13 @@ fn buckets(conn: &Conn, problems: &mut Vec<Problem>) -> Result<()> {
 /// Each span holds the buckets from its key to the next span's, and their jobs.
 fn spans(conn: &Conn, problems: &mut Vec<Problem>) -> Result<()> {
     let rows = conn.rows(
-        "WITH s AS (SELECT queue, key, n, buckets, row_number() OVER (PARTITION BY queue ORDER BY key) AS i FROM tinyq_spans),
+        checking!("WITH s AS (SELECT queue, key, n, buckets, row_number() OVER (PARTITION BY queue ORDER BY key) AS i FROM tinyq_spans),
               k AS (SELECT queue, key, n, 0 AS mark FROM tinyq_buckets UNION ALL SELECT queue, key, 0, 1 FROM tinyq_spans),
               placed AS (SELECT queue, n, mark, sum(mark) OVER (PARTITION BY queue ORDER BY key, mark DESC
                                                                  ROWS UNBOUNDED PRECEDING) AS i FROM k),
               counted AS (SELECT queue, i, sum(n * (1 - mark)) AS n, sum(1 - mark) AS buckets FROM placed GROUP BY queue, i)
          SELECT c.queue, s.key, s.n, s.buckets, c.n, c.buckets FROM counted c LEFT JOIN s ON s.queue = c.queue AND s.i = c.i
-         WHERE s.n IS NOT c.n OR s.buckets IS NOT c.buckets OR c.buckets = 0 ORDER BY c.queue, s.key",
+         WHERE s.n IS NOT c.n OR s.buckets IS NOT c.buckets OR c.buckets = 0 ORDER BY c.queue, s.key"),
         &[],
         |st| (st.text(0).unwrap_or_default(), st.text(1), st.opt_int(2), st.opt_int(3), st.int(4), st.int(5)),
     )?;
@@ -186,7 +188,7 @@ fn limits(conn: &Conn, q: &Settings, problems: &mut Vec<Problem>) -> Result<()> 
     }
     if !q.has_group_limits() {
         let parked = conn.one_int(
-            "SELECT count(*) FROM tinyq_jobs WHERE status = 'queued' AND parked = 1 AND queue = ?1",
+            checking!("SELECT count(*) FROM tinyq_jobs WHERE status = 'queued' AND parked = 1 AND queue = ?1"),
             &[&q.name],
         )?;
         if let Some(n @ 1..) = parked {
@@ -197,13 +199,15 @@ fn limits(conn: &Conn, q: &Settings, problems: &mut Vec<Problem>) -> Result<()> 
     }
     let Some(gedge) = gedge else { return Ok(()) }; // not counted yet: the next claim counts them
     let running = conn.rows(
-        "SELECT grp, running, n FROM (SELECT grp, running, (SELECT count(*) FROM tinyq_jobs j
+        checking!(
+            "SELECT grp, running, n FROM (SELECT grp, running, (SELECT count(*) FROM tinyq_jobs j
              WHERE j.status = 'running' AND j.queue = ?1 AND j.grp = g.grp) AS n FROM tinyq_groups g WHERE queue = ?1)
          WHERE running IS NOT n
          UNION ALL SELECT grp, NULL, count(*) FROM tinyq_jobs j WHERE status = 'running' AND queue = ?1
              AND grp IS NOT NULL AND NOT EXISTS (SELECT 1 FROM tinyq_groups g WHERE g.queue = ?1 AND g.grp = j.grp)
              GROUP BY grp
-         ORDER BY 1",
+         ORDER BY 1"
+        ),
         &[&q.name],
         |st| (st.text(0).unwrap_or_default(), st.opt_int(1), st.int(2)),
     )?;
@@ -212,9 +216,11 @@ fn limits(conn: &Conn, q: &Settings, problems: &mut Vec<Problem>) -> Result<()> 
         problems.push(Problem::new("groups", queue, "tinyq_groups.running", detail));
     }
     let stranded = conn.rows(
-        "SELECT ifnull(grp, ''), count(*) FROM tinyq_jobs j WHERE status = 'queued' AND parked = 1 AND queue = ?1
+        checking!(
+            "SELECT ifnull(grp, ''), count(*) FROM tinyq_jobs j WHERE status = 'queued' AND parked = 1 AND queue = ?1
              AND (grp IS NULL OR NOT EXISTS (SELECT 1 FROM tinyq_groups g WHERE g.queue = ?1 AND g.grp = j.grp))
-         GROUP BY grp ORDER BY 1",
+         GROUP BY grp ORDER BY 1"
+        ),
         &[&q.name],
         |st| (st.text(0).unwrap_or_default(), st.int(1)),
     )?;
@@ -225,9 +231,11 @@ fn limits(conn: &Conn, q: &Settings, problems: &mut Vec<Problem>) -> Result<()> 
     }
     if q.group_rate.is_some() {
         let started = conn.rows(
-            "SELECT grp, started, n FROM (SELECT grp, started, (SELECT count(*) FROM tinyq_starts s
+            checking!(
+                "SELECT grp, started, n FROM (SELECT grp, started, (SELECT count(*) FROM tinyq_starts s
                  WHERE s.queue = ?1 AND s.grp = g.grp AND s.at > ?2) AS n FROM tinyq_groups g WHERE queue = ?1)
-             WHERE started IS NOT n ORDER BY grp",
+             WHERE started IS NOT n ORDER BY grp"
+            ),
             &[&q.name, &gedge],
             |st| (st.text(0).unwrap_or_default(), st.opt_int(1), st.int(2)),
         )?;
@@ -238,4 +246,20 @@ fn limits(conn: &Conn, q: &Settings, problems: &mut Vec<Problem>) -> Result<()> 
         }
     }
     Ok(())
+}
+
+/// The jobs whose stored slot is not their id's (ids, at most `most`), and how many in all.
+fn wrong_slots(conn: &Conn, most: usize) -> Result<(Vec<String>, i64)> {
+    let mut st = conn.query(checking!("SELECT id, slot FROM tinyq_jobs"), &[])?;
+    let (mut ids, mut n) = (vec![], 0);
+    while st.step()? {
+        let id = st.text(0).unwrap_or_default();
+        if marks::slot(&id) != st.opt_int(1) {
+            n += 1;
+            if ids.len() < most {
+                ids.push(id);
+            }
+        }
+    }
+    Ok((ids, n))
 }

@@ -26,7 +26,8 @@ pub struct Shape {
     pub recount_sql: String,
 }
 
-const OBJECTS: &str = "SELECT type, name, sql FROM sqlite_master WHERE substr(name, 1, 6) = 'tinyq_' ORDER BY name";
+const OBJECTS: &str =
+    checking!("SELECT type, name, sql FROM sqlite_master WHERE substr(name, 1, 6) = 'tinyq_' ORDER BY name");
 
 fn objects(conn: &Conn) -> Result<Vec<Object>> {
     conn.rows(OBJECTS, &[], |st| Object {
@@ -65,11 +66,11 @@ fn statuses(jobs_sql: &str) -> Vec<String> {
 fn counts_sql(counted: &[String]) -> (&'static str, String) {
     let list = |f: &dyn Fn(&str) -> String| counted.iter().map(|s| f(s)).collect::<Vec<_>>().join(", ");
     let query = format!(
-        "SELECT q.queue, c.queue IS NOT NULL, EXISTS (SELECT 1 FROM tinyq_queues WHERE name = q.queue), {}, {}
+        checking!("SELECT q.queue, c.queue IS NOT NULL, EXISTS (SELECT 1 FROM tinyq_queues WHERE name = q.queue), {}, {}
          FROM (SELECT name AS queue FROM tinyq_queues UNION SELECT queue FROM tinyq_jobs UNION SELECT queue FROM tinyq_counts) q
          LEFT JOIN tinyq_counts c ON c.queue = q.queue
          LEFT JOIN (SELECT queue, {} FROM tinyq_jobs GROUP BY queue) j ON j.queue = q.queue
-         ORDER BY q.queue",
+         ORDER BY q.queue"),
         list(&|s| format!("c.\"{s}\"")),
         list(&|s| format!("ifnull(j.\"{s}\", 0)")),
         list(&|s| format!("sum(status = '{s}') AS \"{s}\"")),
@@ -123,7 +124,9 @@ pub enum Version {
 
 pub fn check_version(conn: &Conn, problems: &mut Vec<Problem>) -> Result<Version> {
     let ours = store::version();
-    if conn.one_int("SELECT count(*) FROM sqlite_master WHERE substr(name, 1, 6) = 'tinyq_'", &[])? == Some(0) {
+    if conn.one_int(checking!("SELECT count(*) FROM sqlite_master WHERE substr(name, 1, 6) = 'tinyq_'"), &[])?
+        == Some(0)
+    {
         return Ok(Version::NoStore);
     }
     if conn.one_int("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'tinyq_meta'", &[])?.is_none() {
