@@ -60,14 +60,29 @@ def test_a_busy_store_checks_clean(busy):
     assert check(busy, recount=True) == []               # nothing to repair
 
 
-def test_a_migrated_store_is_reported_as_older_then_upgraded_by_a_recount(db):
-    add(db, "q", "{}")
-    db.execute("UPDATE tinyq_meta SET value = 5 WHERE key = 'schema_version'")
-    fresh = connect(db.execute("PRAGMA database_list").fetchone()[2])
-    (p,) = check(fresh)
+def test_an_older_store_is_reported_and_a_recount_upgrades_it(db_path):
+    from test_migrations import v1_store
+    v1_store(db_path, 5)
+    conn = connect(db_path)
+    (p,) = check(conn)
     assert (p["problem"], p["object"]) == ("schema_version", "tinyq_meta.schema_version")
-    assert "older" in p["detail"]
-    fresh.close()
+    assert p["detail"].startswith("5: a store of an older tinyq")
+    (p,) = check(conn, recount=True)
+    assert p["fixed"] and check(conn) == []
+    assert one(conn, "SELECT value FROM tinyq_meta WHERE key = 'schema_version'") > 5
+    conn.close()
+
+
+def test_a_version_lower_than_the_objects_is_reported_and_set_by_a_recount(busy, db_path):
+    current = one(busy, "SELECT value FROM tinyq_meta WHERE key = 'schema_version'")
+    busy.execute("UPDATE tinyq_meta SET value = ? WHERE key = 'schema_version'", (current - 1,))
+    conn = connect(db_path)
+    (p,) = check(conn)
+    assert p["problem"] == "schema_version" and "but its objects are those of a store of" in p["detail"]
+    (p,) = check(conn, recount=True)
+    assert p["fixed"] and check(conn) == []
+    assert one(conn, "SELECT value FROM tinyq_meta WHERE key = 'schema_version'") == current
+    conn.close()
 
 
 TAMPERING = {

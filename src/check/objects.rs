@@ -110,13 +110,17 @@ fn normalized(sql: &str) -> String {
     out
 }
 
+/// What a schema_version problem says when the number alone is wrong (repair.rs writes it).
+pub const MISLABELED: &str = "but its objects are those of a store of";
+
 /// The store's version, as far as checking goes.
 pub enum Version {
     /// No tinyq object at all: nothing to check.
     NoStore,
     /// This version's store.
     Current,
-    /// tinyq_meta lacks a readable version (reported): the objects are compared anyway.
+    /// tinyq_meta lacks a readable version, or an older one than its objects' (reported):
+    /// the objects are compared with this version's.
     Unknown,
     /// An older or newer store (reported): its objects are another version's.
     Other,
@@ -136,10 +140,19 @@ pub fn check_version(conn: &Conn, problems: &mut Vec<Problem>) -> Result<Version
     let stored = conn.one("SELECT value FROM tinyq_meta WHERE key = 'schema_version'", &[])?;
     let (version, detail) = match stored {
         Some(Val::Int(v)) if v == ours => return Ok(Version::Current),
-        Some(Val::Int(v)) if (1..ours).contains(&v) => (
-            Version::Other,
-            format!("{v}: a store of an older tinyq, upgraded to {ours} by the first write (a recount writes)"),
-        ),
+        Some(Val::Int(v)) if (1..ours).contains(&v) => {
+            let mut differences = vec![];
+            if check(conn, expected()?, &mut differences)? && differences.is_empty() {
+                // Its objects are this version's: only the number is wrong.
+                let detail = format!("{v}, {MISLABELED} {ours}: an upgrade would fail");
+                problems.push(Problem::new("schema_version", None, object, detail));
+                return Ok(Version::Unknown);
+            }
+            (
+                Version::Other,
+                format!("{v}: a store of an older tinyq, upgraded to {ours} by the first write (a recount writes)"),
+            )
+        }
         Some(Val::Int(v)) if v > ours => {
             (Version::Other, format!("{v}: newer than this tinyq ({ours}); check it with a tinyq of that version"))
         }

@@ -12,34 +12,28 @@ use crate::settings::{Settings, KEYS};
 use crate::sqlite::{Conn, Result, Val};
 use crate::time::format_rate;
 
-/// The columns of tinyq_queues after `name`, in this order.
-const COLUMNS: &[&str] = &[
-    "lease",
-    "timeout",
-    "attempts",
-    "backoff",
-    "backoff_max",
-    "concurrency",
-    "rate_n",
-    "rate_ms",
-    "group_concurrency",
-    "group_rate_n",
-    "group_rate_ms",
-    "dedupe",
-    "keep",
-    "paused",
-];
+/// The columns of tinyq_queues after `name`, in the order of tq_queue's keys (a rate is two:
+/// `rate_n`, `rate_ms`), as the query below lists them.
+fn columns() -> Vec<String> {
+    KEYS.iter()
+        .flat_map(|k| match *k {
+            "rate" | "group_rate" => vec![format!("{k}_n"), format!("{k}_ms")],
+            _ => vec![(*k).to_string()],
+        })
+        .collect()
+}
 
 pub fn check(conn: &Conn, problems: &mut Vec<Problem>) -> Result<()> {
+    let columns = columns();
     let rows = conn.rows(
         "SELECT name, lease, timeout, attempts, backoff, backoff_max, concurrency, rate_n, rate_ms,
                 group_concurrency, group_rate_n, group_rate_ms, dedupe, keep, paused
          FROM tinyq_queues ORDER BY name",
         &[],
-        |st| (st.text(0).unwrap_or_default(), (1..=COLUMNS.len() as i32).map(|i| st.val(i)).collect::<Vec<_>>()),
+        |st| (st.text(0).unwrap_or_default(), (1..=columns.len() as i32).map(|i| st.val(i)).collect::<Vec<_>>()),
     )?;
     for (queue, values) in rows {
-        let stored = |column: &str| &values[COLUMNS.iter().position(|c| *c == column).expect("a column")];
+        let stored = |column: &str| &values[columns.iter().position(|c| c == column).expect("a column")];
         for key in KEYS {
             let (column, value) = match *key {
                 "rate" | "group_rate" => match as_rate(stored(&format!("{key}_n")), stored(&format!("{key}_ms"))) {

@@ -25,7 +25,9 @@ pub fn run(conn: &Conn, found: &[Problem]) -> Result<()> {
             return Ok(()); // a table is gone: nothing to count in, nor to count
         }
         let version = "SELECT value FROM tinyq_meta WHERE key = 'schema_version'";
-        if !matches!(conn.one(version, &[])?, Some(Val::Int(_))) {
+        let stored = conn.one(version, &[])?;
+        let mislabeled = found.iter().any(|p| p.kind == "schema_version" && p.detail.contains(objects::MISLABELED));
+        if mislabeled || !matches!(stored, Some(Val::Int(_))) {
             if !tables_are_current(conn, found) {
                 return Ok(()); // which version it is, only the operator can tell
             }
