@@ -188,12 +188,12 @@ pub fn check(conn: &Conn, shape: &Shape, problems: &mut Vec<Problem>) -> Result<
     for want in &shape.objects {
         let found = stored.iter().find(|o| o.name == want.name);
         let (kind, detail) = match found {
-            None => ("missing", format!("{} of a new store is absent{}", want.kind, consequence(&want.kind))),
+            None => ("missing", format!("a new store's {} is absent{}", want.kind, consequence(&want.kind))),
             Some(o) if o.kind != want.kind => {
                 ("changed", format!("a {} where a new store has a {}", o.kind, want.kind))
             }
             Some(o) if normalized(&o.sql) != normalized(&want.sql) => {
-                ("changed", format!("{} differs from a new store's{}", want.kind, consequence(&want.kind)))
+                ("changed", format!("the {} differs from a new store's{}", want.kind, consequence(&want.kind)))
             }
             Some(_) => continue,
         };
@@ -201,7 +201,8 @@ pub fn check(conn: &Conn, shape: &Shape, problems: &mut Vec<Problem>) -> Result<
         problems.push(Problem::new(kind, None, want.name.as_str(), detail));
     }
     for extra in stored.iter().filter(|o| !shape.objects.iter().any(|w| w.name == o.name)) {
-        let detail = format!("{} not in a store of schema {} (tinyq leaves it alone)", extra.kind, store::version());
+        let detail =
+            format!("a {} a store of schema {} does not have (tinyq leaves it alone)", extra.kind, store::version());
         problems.push(Problem::new("extra", None, extra.name.as_str(), detail));
     }
     Ok(tables_sound)
