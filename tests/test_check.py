@@ -1,11 +1,13 @@
 """tq_check: a store as tinyq keeps it checks clean; each kind of tampering is named, and a
 recount makes the store sound again and behave (docs/reference.md, tq_check)."""
 import json
+import os
 import sqlite3
+import subprocess
 
 import pytest
 
-from helpers import (add, bulk_add, cancel, check_buckets, claim, connect, get, one, pin, plain_ahead,
+from helpers import (EXT, ROOT, add, bulk_add, cancel, check_buckets, claim, connect, get, one, pin, plain_ahead,
                      settle, setq, snapshot)
 from test_cli import assert_error, tinyq
 
@@ -58,6 +60,36 @@ def test_a_busy_store_checks_clean(busy):
     check_buckets(busy)
     assert check(busy) == []
     assert check(busy, recount=True) == []               # nothing to repair
+
+
+# A worker process that adds, claims and settles (retries and failures too) in grouped and
+# rate-limited queues, then says it is done.
+WORKER = """
+import sqlite3, sys
+sys.path.insert(0, sys.argv[2])
+from helpers import connect, one
+c = connect(sys.argv[1])
+for i in range(300):
+    q = ("grouped", "mail", "long")[i % 3]
+    one(c, "SELECT tq_add(?, '{}', json_object('group', ?))", q, "g%d" % (i % 4))
+    for job_id, attempt in c.execute("SELECT id, attempt FROM tq_claim(?, 'w', 2)", (q,)).fetchall():
+        one(c, "SELECT tq_settle(?, ?, ?, 'x')", job_id, attempt, ("done", "error", "fail")[i % 3])
+print("done", flush=True)
+"""
+
+
+def test_a_store_in_use_checks_clean_at_every_moment(busy, db_path):
+    """Each check reads one snapshot: a worker committing meanwhile never shows as a problem."""
+    worker = subprocess.Popen(["/usr/bin/python3", "-c", WORKER, db_path, os.path.join(ROOT, "tests")],
+                              stdout=subprocess.PIPE, text=True, env=dict(os.environ, TINYQ_EXT=EXT))
+    checker = connect(db_path)
+    checks = 0
+    while worker.poll() is None or checks == 0:
+        assert check(checker) == [], "after %d clean checks" % checks
+        checks += 1
+    assert worker.wait() == 0 and worker.stdout.read() == "done\n"
+    assert check(checker) == []
+    checker.close()
 
 
 def test_an_older_store_is_reported_and_a_recount_upgrades_it(db_path):
