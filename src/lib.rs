@@ -19,6 +19,7 @@ compile_error!("tinyq: enable one of its features: `loadable` (the default) or `
 
 #[macro_use]
 mod sqlite;
+mod check;
 mod claim;
 mod expiry;
 mod holders;
@@ -76,6 +77,7 @@ const SCALARS: &[(&str, c_int, c_int, sqlite::Body)] = &[
     ("tq_now", -1, INNOCUOUS, tq_now),
     ("tq_version", -1, INNOCUOUS, tq_version),
     ("tq_debug", -1, INNOCUOUS, tq_debug),
+    ("tq_check", -1, DIRECT_ONLY, check::tq_check),
 ];
 
 /// Registers everything on a connection: sqlite/load.rs calls this.

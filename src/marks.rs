@@ -47,20 +47,7 @@ fn raise(conn: &Conn, slot: i64, attempt: i64) -> Result<()> {
 /// every job present gets its id's slot, in passes of 1000 rows; the tombstones of
 /// cancelled ids (schema 2 to 5 kept them for `keep`) become marks; then they go.
 pub fn migrate(conn: &Conn) -> Result<()> {
-    let mut after = 0;
-    loop {
-        let page =
-            conn.rows("SELECT seq, id FROM tinyq_jobs WHERE seq > ?1 ORDER BY seq LIMIT 1000", &[&after], |st| {
-                (st.int(0), st.text(1).unwrap_or_default())
-            })?;
-        let Some(&(last, _)) = page.last() else { break };
-        for (seq, id) in page {
-            if let Some(slot) = slot(&id) {
-                conn.exec("UPDATE tinyq_jobs SET slot = ?2 WHERE seq = ?1", &[&seq, &slot])?;
-            }
-        }
-        after = last;
-    }
+    assign_slots(conn)?;
     let stones =
         conn.rows("SELECT id, attempt FROM tinyq_tombstones", &[], |st| (st.text(0).unwrap_or_default(), st.int(1)))?;
     for (id, attempt) in stones {
@@ -69,6 +56,26 @@ pub fn migrate(conn: &Conn) -> Result<()> {
         }
     }
     conn.exec_script("DROP TABLE tinyq_tombstones")
+}
+
+/// Gives every job present its id's slot (the upgrade to schema 6, and tq_check's recount),
+/// in passes of 1000 rows; returns the number of jobs whose slot changed.
+pub fn assign_slots(conn: &Conn) -> Result<i64> {
+    let mut changed = 0;
+    let mut after = 0;
+    loop {
+        let page =
+            conn.rows("SELECT seq, id FROM tinyq_jobs WHERE seq > ?1 ORDER BY seq LIMIT 1000", &[&after], |st| {
+                (st.int(0), st.text(1).unwrap_or_default())
+            })?;
+        let Some(&(last, _)) = page.last() else { break };
+        for (seq, id) in page {
+            changed +=
+                conn.exec("UPDATE tinyq_jobs SET slot = ?2 WHERE seq = ?1 AND slot IS NOT ?2", &[&seq, &slot(&id)])?;
+        }
+        after = last;
+    }
+    Ok(changed)
 }
 
 #[cfg(test)]

@@ -25,6 +25,43 @@ pub fn version() -> i64 {
     STORE.0
 }
 
+/// The script a new store is created with (tq_check compares a store with what it makes).
+pub fn script() -> &'static str {
+    STORE.1
+}
+
+/// Cuts every line of over 1024 queued jobs into buckets and spans again, from the rows, by
+/// the statements of the upgrade that introduced them (sql/migrate_4_to_5.sql: the ones
+/// before its triggers that write rows). Like that upgrade, this runs while the triggers
+/// of tinyq_buckets and tinyq_spans are absent (tq_check's recount drops them first).
+pub fn recut_lines(conn: &Conn) -> Result<()> {
+    conn.exec_script("DELETE FROM tinyq_spans; DELETE FROM tinyq_buckets; UPDATE tinyq_counts SET spill = NULL;")?;
+    for statement in cutting_statements() {
+        conn.exec_script(statement)?;
+    }
+    Ok(())
+}
+
+/// The statements of sql/migrate_4_to_5.sql that fill tinyq_buckets, tinyq_counts.spill and
+/// tinyq_spans: those that write rows, before its first trigger.
+fn cutting_statements() -> Vec<&'static str> {
+    let script = MIGRATIONS.iter().find(|m| m.0 == 5).map_or("", |m| m.1);
+    let before_triggers = script.split("\nDROP TRIGGER").next().unwrap_or("");
+    before_triggers
+        .split(";\n")
+        .map(|s| s.trim_start_matches(|c: char| c.is_whitespace()))
+        .map(|s| {
+            // Leading comment lines are not part of the statement's kind.
+            let mut rest = s;
+            while rest.starts_with("--") {
+                rest = rest.split_once('\n').map_or("", |(_, r)| r);
+            }
+            rest.trim()
+        })
+        .filter(|s| s.starts_with("INSERT INTO") || s.starts_with("UPDATE"))
+        .collect()
+}
+
 /// The schema version of the store in this database (0: there is none).
 pub fn stored_version(conn: &Conn) -> Result<i64> {
     let has_meta = conn.one_int("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'tinyq_meta'", &[])?;
@@ -135,5 +172,17 @@ impl Conn {
         } else {
             self.write_tx(f)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_cutting_statements_are_the_upgrades_three() {
+        let found = super::cutting_statements();
+        assert_eq!(found.len(), 3, "{found:?}");
+        assert!(found[0].starts_with("INSERT INTO tinyq_buckets"));
+        assert!(found[1].starts_with("UPDATE tinyq_counts SET spill = ''"));
+        assert!(found[2].starts_with("INSERT INTO tinyq_spans"));
     }
 }

@@ -46,6 +46,7 @@ SCALARS = {
     ("tq_now", -1): "innocuous",
     ("tq_version", -1): "innocuous",
     ("tq_debug", -1): "innocuous",
+    ("tq_check", -1): "directonly",
 }
 # The table-valued functions (eponymous virtual tables) and their flag.
 TABLES = {

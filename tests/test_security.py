@@ -30,7 +30,7 @@ EXPECTED_FLAGS = {
     ("tq_progress", -1): DIRECTONLY, ("tq_retry", -1): DIRECTONLY, ("tq_sweep", -1): DIRECTONLY,
     ("tq_clock", -1): DIRECTONLY, ("tq_wait", -1): DIRECTONLY,
     ("tq_schedule", -1): DIRECTONLY, ("tq_unschedule", -1): DIRECTONLY,
-    ("tq_schedule_get", -1): INNOCUOUS,
+    ("tq_schedule_get", -1): INNOCUOUS, ("tq_check", -1): DIRECTONLY,
 }
 
 # Calls of DIRECTONLY scalar functions, each of which would change something if it ran.
@@ -46,6 +46,7 @@ DIRECT_CALLS = {
     "tq_wait": "tq_wait('q', 0)",
     "tq_schedule": "tq_schedule('evil', 'q', '* * * * *', '{}')",
     "tq_unschedule": "tq_unschedule('kept')",
+    "tq_check": "tq_check('{\"recount\": true}')",
 }
 READ_CALLS = [
     "tq_get('held')", "tq_now()", "tq_version()", "tq_debug()", "tq_step_get('held', 'step')",

@@ -9,12 +9,14 @@
     tinyq cancel DB ID                         removes a scheduled, waiting or running job
     tinyq pause DB QUEUE / resume DB QUEUE     stops / restarts claiming from a queue
     tinyq sweep DB [--limit N]                 removes rows past their retention windows
+    tinyq check DB [--recount] [--json]        is the store as tinyq keeps it? (tq_check)
     tinyq dashboard DB [--port N] [--host H]   a web page on http://127.0.0.1:8321/
 
 Exit status: 0 done; 1 the job exists but the action does not apply to it (retrying a job
 that has not failed) or SQLite failed (busy...); 2 bad usage (an argument tinyq refuses, such
 as an --after that is no job's id), no such file, no tinyq store in it, unknown job id or
-queue, a change asked of a read-only file. An error is one line on stderr; ids, queues and
+queue, a change asked of a read-only file. `check` exits 0 for a sound store (with
+--recount: once every problem is fixed), 1 when problems are left. An error is one line on stderr; ids, queues and
 messages in human output show control characters as escapes (\x1b, \r, \u202e).
 
 A read-only file is opened read-only (mode=ro); if its directory is read-only too and it has
@@ -280,6 +282,29 @@ def cmd_sweep(conn, args):
     say("rows removed: %d" % n)
 
 
+def cmd_check(conn, args):
+    if args.recount:
+        problems = json.loads(one(conn, "SELECT tq_check(?)", json.dumps({"recount": True})))
+    else:
+        problems = json.loads(one(conn, "SELECT tq_check()"))
+    if not problems and " schema none " in one(conn, "SELECT tq_debug()"):
+        raise Failure("%s has no tinyq store (no tinyq_* tables); nothing was changed" % args.db)
+    left = [p for p in problems if not p["fixed"]]
+    if args.json:
+        for p in problems:
+            print(json.dumps(p))
+    elif problems:
+        header = ["problem", "queue", "object", "detail"] + (["fixed"] if args.recount else [])
+        table(header, [[p["problem"], p["queue"] or "", p["object"], p["detail"]]
+                       + (["fixed" if p["fixed"] else "no"] if args.recount else []) for p in problems])
+    if not args.json:
+        say("sound: no problems found" if not problems else
+            "sound again: every problem fixed" if not left else
+            "%d problem%s left%s" % (len(left), "" if len(left) == 1 else "s",
+                                     "" if args.recount else " (--recount repairs what the rows can rebuild)"))
+    return 1 if left else 0
+
+
 def cmd_dashboard(conn, args):
     from .dashboard import serve
     conn.close()
@@ -358,6 +383,11 @@ def parser():
     c.add_argument("queue", metavar="QUEUE")
     c = command("sweep", cmd_sweep, "remove rows past their retention windows (tq_sweep)")
     c.add_argument("--limit", type=count(1), help="at most N rows (1 or more)")
+    c = command("check", cmd_check, "check the store's objects, counters and settings (tq_check); "
+                "exit 1 on problems")
+    c.add_argument("--recount", action="store_true", help="repair: rebuild the counters from the "
+                   "rows, recreate missing triggers and indexes, reset settings out of range")
+    c.add_argument("--json", action="store_true", help="one JSON object per problem")
     c = command("dashboard", cmd_dashboard, "serve a live dashboard on 127.0.0.1")
     c.add_argument("--port", type=int, default=8321, help="default 8321; 0 picks a free one")
     c.add_argument("--host", default="127.0.0.1", help="default 127.0.0.1 (this machine only)")
@@ -367,7 +397,8 @@ def parser():
 def main(argv=None):
     args = parser().parse_args(argv)
     try:
-        conn = connect(args.db)
+        # check looks at a store readers cannot see too (an unreadable schema_version).
+        conn = connect(args.db, store=args.func is not cmd_check)
         try:
             return args.func(conn, args) or 0
         finally:

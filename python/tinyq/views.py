@@ -24,11 +24,12 @@ class Failure(Exception):
         self.status = status
 
 
-def connect(path, check_same_thread=True):
+def connect(path, check_same_thread=True, store=True):
     """A connection, with tinyq loaded, to an existing database that has a tinyq store:
     read-write when the file is writable, else read-only (mode=ro); a read-only file in WAL
     mode whose directory is read-only too (SQLite cannot make its -shm there) is read as
-    immutable when it has no -wal to read: what the file holds is then the whole store."""
+    immutable when it has no -wal to read: what the file holds is then the whole store.
+    With store=False, a database without a readable store is opened too."""
     if not os.path.exists(path):
         raise Failure("no such file: %s" % path)
     if not os.path.isfile(path):
@@ -39,25 +40,25 @@ def connect(path, check_same_thread=True):
         modes.append("ro&immutable=1")
     for mode in modes:
         try:
-            return _connect(path, mode, check_same_thread)
+            return _connect(path, mode, check_same_thread, store)
         except sqlite3.DatabaseError as err:
             if mode == modes[-1] or code(err) != SQLITE_READONLY:
                 raise Failure("%s: %s" % (path, err))
     raise AssertionError("unreachable")
 
 
-def _connect(path, mode, check_same_thread):
+def _connect(path, mode, check_same_thread, store=True):
     uri = "file:%s?mode=%s" % (urllib.parse.quote(os.path.abspath(path)), mode)
     conn = sqlite3.connect(uri, uri=True, isolation_level=None, timeout=5.0,
                            check_same_thread=check_same_thread)
     try:
         load(conn)
         # tq_debug reads the stored schema version: "... schema none (...)" without a store.
-        store = " schema none " not in one(conn, "SELECT tq_debug()")
+        found = not store or " schema none " not in one(conn, "SELECT tq_debug()")
     except BaseException:
         conn.close()
         raise
-    if not store:
+    if not found:
         conn.close()
         raise Failure("%s has no tinyq store (no tinyq_* tables); nothing was changed" % path)
     return conn

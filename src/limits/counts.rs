@@ -24,6 +24,11 @@ impl Counts {
     pub fn groups_built(&self) -> bool {
         self.gedge.is_some()
     }
+
+    /// The edges of the queue's rate window and of its group rate window (tq_check).
+    pub fn edges(&self) -> (Option<i64>, Option<i64>) {
+        (self.edge, self.gedge)
+    }
 }
 
 pub fn load(conn: &Conn, queue: &str) -> Result<Counts> {

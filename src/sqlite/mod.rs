@@ -19,6 +19,7 @@ mod direct;
 mod func;
 mod inotify;
 mod load;
+mod memory;
 mod stmt;
 mod vtab;
 
@@ -31,6 +32,7 @@ pub use inotify::{local_file, Inotify};
 pub use load::sqlite3_tinyq_init;
 #[cfg(feature = "rusqlite")]
 pub use load::{auto_extension, register};
+pub use memory::with_memory_db;
 pub use stmt::{Bind, Stmt};
 pub use value::{Out, Val};
 pub use vtab::{register as register_table, Rows, Statements, TableFn};
