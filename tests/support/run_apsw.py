@@ -298,9 +298,10 @@ def schedules_and_meta(d):
     assert s.rows('SELECT name, "when", tz, next_at FROM tq_schedules') == [
         ("digest", "0 9 * * mon", "Europe/Paris", T0 + 3 * 86_400_000)]
     s.one("SELECT tq_clock(?)", T0 + 10 * 86_400_000)
+    # meta is kept as given, as the options wrote it
     rows = s.rows("SELECT id, meta FROM tq_claim('mail', 'w1', 10)")
-    assert rows == [("digest@2027-01-18T08:00:00Z", '{"team":"growth"}'),
-                    ("digest@2027-01-25T08:00:00Z", '{"team":"growth"}')], rows
+    assert rows == [("digest@2027-01-18T08:00:00Z", '{"team": "growth"}'),
+                    ("digest@2027-01-25T08:00:00Z", '{"team": "growth"}')], rows
     before = s.snapshot()
     s.fails("SELECT tq_schedule('x', 'q', '61 * * * *', '{}')", starts="tq_schedule: when: bad cron expression '61")
     s.fails("SELECT tq_add('q', '{}', '{\"meta\": 5}')", starts='tq_add: option "meta" must be a JSON object')
