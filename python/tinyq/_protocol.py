@@ -112,20 +112,23 @@ def settle_and_claim(conn: Any, claim: str, settles: List[Tuple[RunBase, str, An
     """Settle every finished run and claim (args given: tq_claim's) in one transaction: one
     commit for several jobs. Busy: tried `tries` times, then the settles are dropped (their
     leases run out and the jobs run again) and the claim returns nothing."""
-    def body() -> List[Dict[str, Any]]:
-        for run, outcome, value in settles:
-            settle_in(conn, run, outcome, value)
-        return [] if args is None else claim_in(conn, claim, args)
-
     for attempt in range(tries):
         try:
-            return transaction(conn, body)
+            return transaction(conn, lambda: settle_and_claim_in(conn, claim, settles, args))
         except Exception as exc:
             if not is_busy(exc):
                 raise
             if attempt == tries - 1:
                 log.error("tinyq: settling %d jobs / claiming failed: %s", len(settles), exc)
     return []
+
+
+def settle_and_claim_in(conn: Any, claim: str, settles: List[Tuple[RunBase, str, Any]],
+                        args: Optional[tuple]) -> List[Dict[str, Any]]:
+    """settle_and_claim's work inside the caller's transaction (a group commit's)."""
+    for run, outcome, value in settles:
+        settle_in(conn, run, outcome, value)
+    return [] if args is None else claim_in(conn, claim, args)
 
 
 MAX_CLAIM = 1000   # tq_claim's n is 1 to 1000: a larger want is claimed in parts
@@ -205,7 +208,12 @@ RENEW_ALL = ("SELECT tq_renew(json_extract(value, '$[0]'), json_extract(value, '
 def renew_all(conn: Any, pairs: str, lease: Any = None) -> List[Any]:
     """tq_renew of every [id, attempt] in `pairs` (JSON) by `lease` (work()'s, None: the
     queue's), in one statement of one transaction."""
-    return [row[0] for row in transaction(conn, lambda: _rows(conn, RENEW_ALL, lease, pairs))]
+    return transaction(conn, lambda: renew_in(conn, pairs, lease))
+
+
+def renew_in(conn: Any, pairs: str, lease: Any = None) -> List[Any]:
+    """renew_all's statement inside the caller's transaction (a group commit's)."""
+    return [row[0] for row in _rows(conn, RENEW_ALL, lease, pairs)]
 
 
 def lease_pairs(runs: List[RunBase]) -> str:
