@@ -131,6 +131,12 @@ function errorText(err, errors = 'message') {
   return err.message && errors !== 'class' ? `${name}: ${err.message}` : name;
 }
 
+/** A busy or locked store (another connection holds the write lock). */
+function isBusy(err) {
+  return /SQLITE_BUSY|SQLITE_LOCKED/.test(err && err.code) || /locked|busy/i.test(err && err.message);
+}
+
 module.exports = {
   extensionPath, packagedPath, load, open, exec, close, fileOf, transaction, one, rows, encode, decode, options, errorText,
+  isBusy,
 };
