@@ -202,8 +202,8 @@ class Leader:
         self._pending: List[Write] = []
         self._pending_lock = threading.Lock()
 
-    def write(self, conn: Any, fn: Callable[..., Any], *args: Any) -> Any:
-        write = Write(fn, args)
+    def write(self, conn: Any, write: Write) -> Any:
+        """`write`'s answer once the group that holds it has committed (its error raised)."""
         with self._pending_lock:
             self._pending.append(write)
         with self.lock:
