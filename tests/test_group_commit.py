@@ -192,6 +192,44 @@ def test_asyncio_a_cancelled_attempt_in_a_group_is_cancelled_alone(db_path, monk
     assert (get(conn, lost) or {}).get("state") in (None, "cancelled")   # a cancelled job may be gone
 
 
+def test_asyncio_a_refused_settle_among_many_leaves_the_others_settled(db_path, monkeypatch):
+    sizes = recording_groups(monkeypatch)
+    n = 20
+    conn = connect(db_path)
+    ids = added(conn, "q", n)
+    bad = ids[5]
+
+    async def main():
+        q = tinyq.AsyncQueue(db_path, "q")
+        gate = asyncio.Event()
+        arrived = []
+
+        async def handler(payload, run):
+            arrived.append(run.id)
+            if len(arrived) == n:
+                gate.set()
+            await gate.wait()          # every handler ends in the same turn: one settle batch
+            if run.id == bad:
+                run.snooze("not a delay")   # tq_settle refuses it: recorded as an error instead
+            return {"n": payload["n"]}
+
+        async def stop_when_settled():
+            while [(await q.get(i))["state"] for i in ids if i != bad] != ["done"] * (n - 1) or \
+                    not (await q.get(bad)).get("error"):
+                await asyncio.sleep(0.02)
+            q.stop()
+        stopper = asyncio.ensure_future(stop_when_settled())
+        await q.work(handler, concurrency=n, poll=0.05)
+        await stopper
+        await q.close()
+    asyncio.run(asyncio.wait_for(main(), 120))
+    jobs = {i: get(conn, i) for i in ids}
+    assert [(jobs[i]["state"], jobs[i]["result"]) for i in ids if i != bad] == [
+        ("done", {"n": n}) for n in range(n) if ids[n] != bad]
+    assert jobs[bad]["state"] != "done" and "tq_settle: outcome 'snooze'" in jobs[bad]["error"], jobs[bad]
+    assert len(sizes) > 0
+
+
 # -- SIGKILL: a step that returned is on disk ----------------------------------------------------
 
 WORKER = textwrap.dedent(r"""

@@ -13,7 +13,7 @@ import time
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from ._context import Outcome, RunBase, error_text, is_busy
-from ._sql import _ms, _one, _rows, transaction
+from ._sql import _ms, _one, _rows, atomic, transaction
 
 log = logging.getLogger("tinyq")
 
@@ -126,9 +126,29 @@ def settle_and_claim(conn: Any, claim: str, settles: List[Tuple[RunBase, str, An
 def settle_and_claim_in(conn: Any, claim: str, settles: List[Tuple[RunBase, str, Any]],
                         args: Optional[tuple]) -> List[Dict[str, Any]]:
     """settle_and_claim's work inside the caller's transaction (a group commit's)."""
+    settle_all_in(conn, settles)
+    return [] if args is None else claim_in(conn, claim, args)
+
+
+# Every settle of a batch in one statement: one statement, not hundreds, for the SQL thread
+# (each one waits for the GIL on a busy event loop). A missing value is NULL to tq_settle.
+SETTLE_ALL = ("SELECT tq_settle(json_extract(value, '$[0]'), json_extract(value, '$[1]'), "
+              "json_extract(value, '$[2]'), json_extract(value, '$[3]')) FROM json_each(?)")
+
+
+def settle_all_in(conn: Any, settles: List[Tuple[RunBase, str, Any]]) -> None:
+    """Every settle in one statement (a savepoint of its own); if the extension refuses one
+    of them, the statement is rolled back and each is settled alone (settle_in)."""
+    if len(settles) > 1:
+        pairs = json.dumps([[run.id, run.attempt, outcome, value] for run, outcome, value in settles])
+        try:
+            atomic(conn, lambda: _rows(conn, SETTLE_ALL, pairs))
+            return
+        except Exception as exc:
+            if is_busy(exc):
+                raise
     for run, outcome, value in settles:
         settle_in(conn, run, outcome, value)
-    return [] if args is None else claim_in(conn, claim, args)
 
 
 MAX_CLAIM = 1000   # tq_claim's n is 1 to 1000: a larger want is claimed in parts
