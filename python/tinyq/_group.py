@@ -192,23 +192,28 @@ def _fail_all(writes: List[Write], exc: BaseException) -> None:
 
 
 class Leader:
-    """Group commit for threads that share no writer thread: a thread's write joins the
-    pending group, then the thread takes `lock`; the first to get it commits every write
-    pending by then on its own connection, so the threads that queued behind one commit
-    share the next one."""
+    """Group commit for threads that share no writer thread: a thread's item (a Write, or
+    anything with `done`) joins the pending group, then the thread takes `lock`; the first
+    to get it serves every item pending by then on its own connection (`serve(conn, group)`
+    marks each done), so the threads that queued behind one commit share the next one."""
 
-    def __init__(self, lock: "threading.Lock"):
+    def __init__(self, lock: "threading.Lock", serve: Callable[[Any, List[Any]], None] = commit_group):
         self.lock = lock
-        self._pending: List[Write] = []
+        self._serve = serve
+        self._pending: List[Any] = []
         self._pending_lock = threading.Lock()
+
+    def submit(self, conn: Any, item: Any) -> None:
+        """Returns once `item` has been served, by this thread or another."""
+        with self._pending_lock:
+            self._pending.append(item)
+        with self.lock:
+            if not item.done:
+                with self._pending_lock:
+                    group, self._pending = self._pending, []
+                self._serve(conn, group)
 
     def write(self, conn: Any, write: Write) -> Any:
         """`write`'s answer once the group that holds it has committed (its error raised)."""
-        with self._pending_lock:
-            self._pending.append(write)
-        with self.lock:
-            if not write.done:
-                with self._pending_lock:
-                    group, self._pending = self._pending, []
-                commit_group(conn, group)
+        self.submit(conn, write)
         return write.result()

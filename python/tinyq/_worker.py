@@ -161,12 +161,12 @@ class _Heartbeat(threading.Thread):
 
 class _Request:
     """A thread's ask: claim `claim` jobs (0: only settle what is pending)."""
-    __slots__ = ("claim", "jobs", "served", "error")
+    __slots__ = ("claim", "jobs", "done", "error")
 
     def __init__(self, claim: int):
         self.claim = claim
         self.jobs: List[Dict[str, Any]] = []
-        self.served = False
+        self.done = False
         self.error: Optional[BaseException] = None
 
 
@@ -214,7 +214,7 @@ class _Pool:
         self.write_lock = threading.Lock()     # one writer of this process at a time
         self.writes = Leader(self.write_lock)  # the handlers' steps and progress: group commit
         self.pending_lock = threading.Lock()
-        self.pending: List[_Request] = []      # settles and claims asked for, not served yet
+        self.requests = Leader(self.write_lock, self.serve)   # settles and claims asked for
         self.ahead: Deque[Run] = collections.deque()   # claimed ahead, not started (prefetch)
         self.unsettled: List[Tuple[Run, str, Any, float]] = []   # finished, to settle
         self.heartbeat = _Heartbeat(connect, self.write_lock, self.flush, lease=lease_value(lease), fail=self.fail)
@@ -317,13 +317,7 @@ class _Pool:
         if not claim and not self.unsettled:
             return []
         request = _Request(claim)
-        with self.pending_lock:
-            self.pending.append(request)
-        with self.write_lock:
-            if not request.served:
-                with self.pending_lock:
-                    batch, self.pending = self.pending, []
-                self.serve(conn, batch)
+        self.requests.submit(conn, request)
         if request.error is not None:
             raise request.error
         return [Run(conn, job, self.writes) for job in request.jobs]
@@ -346,7 +340,7 @@ class _Pool:
             self.handled += len(jobs)
         for request in batch:          # in order: the first to ask gets the first jobs
             request.jobs, jobs = jobs[:request.claim], jobs[request.claim:]
-            request.served = True
+            request.done = True
 
     def wait_for_work(self) -> None:
         """Sleep until the waiter's tq_wait returns (a job may be claimable) or stop."""
