@@ -299,3 +299,24 @@ def test_DEP_01_four_processes_settling_a_fan_in_wake_it_exactly_once(db, db_pat
     states = [e["state"] for e in watch(db) if e["id"] == "parent"]
     assert states == ["blocked", "waiting"]  # woken exactly once
     assert [r["id"] for r in claim(db, "parent", "w", 5)] == ["parent"]
+
+
+def test_DEP_01_a_retried_dependent_lets_its_dependency_go_once(db):
+    setq(db, "q", dedupe="1s")
+    pin(db, NOW)
+    add(db, "q", "{}", id="a")
+    add(db, "w", "{}", id="b", after=["a"])
+    add(db, "w", "{}", id="c", after=["a"])
+    run(db, "q", "a")
+    run(db, "w", "b", "fail", "no")
+    assert one(db, "SELECT tq_retry('b')") == 1
+    (row,) = claim(db, "w", "w", 1)
+    assert row["id"] == "b"
+    settle(db, "b", row["attempt"])
+    pin(db, NOW + 10_000)
+    sweep(db)
+    assert get(db, "a")["state"] == "done"  # c still holds it
+    run(db, "w", "c")
+    pin(db, NOW + 20_000)
+    sweep(db)
+    assert get(db, "a") is None
