@@ -13,10 +13,16 @@ use crate::sqlite::{Conn, Out, Result, Val};
 /// How long a signal is kept by default.
 pub const DEFAULT_KEEP: i64 = 7 * 86_400_000;
 
-/// The step a woken job finds the payload under.
+/// The step a woken job finds the payload under is this and the signal's name.
+pub const STEP_PREFIX: &str = "signal:";
+
 fn step_name(name: &str) -> String {
-    format!("signal:{name}")
+    format!("{STEP_PREFIX}{name}")
 }
+
+/// A signal sent without a payload (or with NULL) is kept as the JSON text `null`, so that
+/// a woken job's step is never NULL: NULL is what a wait that timed out reads (SIG-01).
+const NO_PAYLOAD: &str = "null";
 
 /// tq_signal(name [, payload [, options]]) -> jobs woken
 pub fn tq_signal(conn: &Conn, args: &[Val]) -> Result<Out> {
@@ -25,8 +31,8 @@ pub fn tq_signal(conn: &Conn, args: &[Val]) -> Result<Out> {
     }
     let name = options::name("name", &args[0])?;
     let payload = match args.get(1) {
-        None => Val::Null,
-        Some(v) => options::data("payload", v, true)?,
+        None | Some(Val::Null) => Val::Text(NO_PAYLOAD.into()),
+        Some(v) => options::data("payload", v, false)?,
     };
     let opts = Options::parse(args.get(2), &["keep"])?;
     let keep = opts.duration("keep")?.unwrap_or(DEFAULT_KEEP);

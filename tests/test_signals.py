@@ -173,3 +173,18 @@ def test_SIG_01_bad_input_is_refused_and_changes_nothing(db):
             one(db, sql, *args)
         assert str(e.value).startswith(message), (sql, str(e.value))
     assert snapshot(db) == before
+
+
+def test_SIG_01_signal_without_payload_is_json_null_and_long_names_read_back(db):
+    add(db, "q", "{}", id="j")
+    wait_signal(db, "q", "j", "bare")
+    assert one(db, "SELECT tq_signal('bare')") == 1
+    assert step(db, "j", "signal:bare") == "null"  # not NULL: that is a timeout's answer
+    name = "n" * 1000
+    add(db, "q", "{}", id="k")
+    claim(db, "q", "w", 1)  # j
+    wait_signal(db, "q", "k", name)
+    assert one(db, "SELECT tq_signal(?, '1')", name) == 1
+    assert step(db, "k", "signal:" + name) == "1"
+    with pytest.raises(sqlite3.Error, match=r"^tq_step_get: name is longer than 1000 bytes"):
+        one(db, "SELECT tq_step_get('k', ?)", "s" + name)
