@@ -364,3 +364,17 @@ def test_REP_01_workflows_replay_identically(tmp_path):
     snap_a, snap_b = snapshot(a), snapshot(b)
     assert snap_a["tinyq_deps"] and snap_a["tinyq_signals"]
     assert snap_a == snap_b
+
+
+def test_DEP_01_unblocked_job_of_a_full_group_waits_for_its_group(db):
+    setq(db, "q", group_concurrency=1)
+    add(db, "d", "{}", id="dep")
+    add(db, "q", "{}", id="busy", group="g")
+    add(db, "q", "{}", id="next", group="g", after=["dep"])
+    (busy,) = claim(db, "q", "w", 5)
+    assert busy["id"] == "busy"
+    run(db, "d", "dep")
+    assert get(db, "next")["state"] == "waiting"
+    assert claim(db, "q", "w", 5) == []  # its group is full
+    settle(db, "busy", busy["attempt"])
+    assert [r["id"] for r in claim(db, "q", "w", 5)] == ["next"]
