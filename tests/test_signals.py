@@ -51,7 +51,9 @@ def test_SIG_01_signal_before_the_wait_returns_at_once(db):
     assert step(db, "late", "signal:go") == "1"
     # past its keep, the signal is gone (swept), and a new wait blocks
     pin(db, NOW + 7 * 86_400_000)
+    assert one(db, "SELECT count(*) FROM tinyq_signals") == 1
     assert sweep(db) >= 1
+    assert one(db, "SELECT count(*) FROM tinyq_signals") == 0  # tq_sweep removed it
     add(db, "q", "{}", id="later")
     claim(db, "q", "w", 1)  # 'late' again
     wait_signal(db, "q", "later", "go")
