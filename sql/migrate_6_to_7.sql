@@ -224,9 +224,11 @@ CREATE TABLE tinyq_deps (
 CREATE INDEX tinyq_deps_job ON tinyq_deps (job, dep);
 
 -- The jobs that wait for a signal, by name (tq_signal wakes them), and by timeout (a claim
--- makes the ones past it due, as it does scheduled jobs).
-CREATE INDEX tinyq_jobs_signal ON tinyq_jobs (signal) WHERE status = 'blocked' AND signal IS NOT NULL;
-CREATE INDEX tinyq_jobs_timeout ON tinyq_jobs (queue, run_at) WHERE status = 'blocked' AND signal IS NOT NULL;
+-- makes the ones past it due, as it does scheduled jobs). `signal` is set only while a job
+-- is blocked on it, so the condition names that column alone: the UPDATEs of claims and
+-- settles, which never write it, leave both indexes alone.
+CREATE INDEX tinyq_jobs_signal ON tinyq_jobs (signal) WHERE signal IS NOT NULL;
+CREATE INDEX tinyq_jobs_timeout ON tinyq_jobs (queue, run_at) WHERE signal IS NOT NULL;
 
 -- Signals sent (tq_signal), each kept until `keep_until` so that a wait that begins later
 -- returns at once; the first payload sent for a name is the one kept.
