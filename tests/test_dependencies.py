@@ -378,3 +378,13 @@ def test_DEP_01_unblocked_job_of_a_full_group_waits_for_its_group(db):
     assert claim(db, "q", "w", 5) == []  # its group is full
     settle(db, "busy", busy["attempt"])
     assert [r["id"] for r in claim(db, "q", "w", 5)] == ["next"]
+
+
+def test_DEP_01_blocked_jobs_are_not_ahead_of_anyone(db):
+    add(db, "d", "{}", id="dep")
+    for i in range(5):
+        add(db, "q", "{}", id=f"blocked-{i}", priority=9, after=["dep"])
+    add(db, "q", "{}", id="first")
+    add(db, "q", "{}", id="second")
+    assert get(db, "second")["ahead"] == 1
+    assert db.execute("SELECT waiting, blocked FROM tq_stats('q')").fetchone() == (2, 5)
