@@ -108,6 +108,22 @@ impl Options {
         values.get(key).map(|v| v.get().to_string())
     }
 
+    /// A JSON array of names (such as `after`'s job ids), each checked as `name` checks one.
+    pub fn list(&self, key: &str) -> Result<Option<Vec<String>>> {
+        match self.raw(key) {
+            None => Ok(None),
+            Some(Value::Array(items)) => items
+                .iter()
+                .map(|v| match v {
+                    Value::String(s) => name(&format!("option \"{key}\": an id"), &Val::Text(s.clone())),
+                    v => bail!("option \"{key}\" must hold ids as text, not {}", json_kind(v)),
+                })
+                .collect::<Result<Vec<_>>>()
+                .map(Some),
+            Some(v) => bail!("option \"{key}\" must be an array of job ids like [\"a\", \"b\"], not {}", json_kind(v)),
+        }
+    }
+
     pub fn duration(&self, key: &str) -> Result<Option<i64>> {
         self.typed(key, time::parse_duration)
     }
@@ -205,9 +221,23 @@ pub fn quote(s: &str) -> String {
 
 /// A required name (id, queue, group, step, worker): non-empty text up to MAX_NAME bytes.
 pub fn name(what: &str, v: &Val) -> Result<String> {
+    name_of_most(what, v, MAX_NAME)
+}
+
+/// A step's name: a name, or `signal:` and a signal's name (signals.rs), which may be a
+/// name of MAX_NAME bytes itself.
+pub fn step_name(what: &str, v: &Val) -> Result<String> {
+    let most = match v {
+        Val::Text(s) if s.starts_with(crate::signals::STEP_PREFIX) => MAX_NAME + crate::signals::STEP_PREFIX.len(),
+        _ => MAX_NAME,
+    };
+    name_of_most(what, v, most)
+}
+
+fn name_of_most(what: &str, v: &Val, most: usize) -> Result<String> {
     match v {
         Val::Text(s) if s.is_empty() => bail!("{what} must not be empty"),
-        Val::Text(s) if s.len() > MAX_NAME => bail!("{what} is longer than {MAX_NAME} bytes"),
+        Val::Text(s) if s.len() > most => bail!("{what} is longer than {most} bytes"),
         Val::Text(s) if s.contains('\0') => bail!("{what} must not contain a NUL character"),
         Val::Text(s) => Ok(s.clone()),
         Val::Blob(_) => bail!("{what} must be valid UTF-8 text, not a blob"),

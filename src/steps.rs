@@ -10,7 +10,7 @@ pub fn tq_step_get(conn: &Conn, args: &[Val]) -> Result<Out> {
         bail!("expects (id, name)");
     }
     let id = options::name("id", &args[0])?;
-    let name = options::name("name", &args[1])?;
+    let name = options::step_name("name", &args[1])?;
     if !store::exists(conn)? {
         return Ok(Out::Null);
     }
