@@ -6,7 +6,8 @@
     tinyq schedules DB [--json]                every schedule, with its next time and last job
     tinyq watch DB [--queue Q] [-n N | --since SEQ] [--json]   follows state changes, like tail -f
     tinyq retry DB ID                          a failed job waits again, with a fresh budget
-    tinyq cancel DB ID                         removes a scheduled, waiting or running job
+    tinyq cancel DB ID                         removes a scheduled, waiting, blocked or running job
+    tinyq signal DB NAME [PAYLOAD] [--keep D]  sends a signal: the jobs waiting for it run again
     tinyq pause DB QUEUE / resume DB QUEUE     stops / restarts claiming from a queue
     tinyq sweep DB [--limit N]                 removes rows past their retention windows
     tinyq dashboard DB [--port N] [--host H]   a web page on http://127.0.0.1:8321/
@@ -127,10 +128,12 @@ def cmd_stats(conn, args):
     if not body:
         say("no queues")
         return
-    table(["queue", "scheduled", "waiting", "running", "leases", "done", "failed",
-           "oldest waiting", "started in window", "paused"],
-          [r[:7] + (duration(r[7]), "" if r[8] is None else r[8], "paused" if r[9] else "")
-           for r in body])
+    stats = [dict(zip(cols, r)) for r in body]
+    counts = [s for s in ("scheduled", "waiting", "blocked", "running", "leases", "done", "failed") if s in cols]
+    table(["queue"] + counts + ["oldest waiting", "started in window", "paused"],
+          [[q["queue"]] + [q[s] for s in counts] + [
+              duration(q["oldest_waiting_ms"]), "" if q["started_in_window"] is None else q["started_in_window"],
+              "paused" if q["paused"] else ""] for q in stats])
 
 
 def cmd_jobs(conn, args):
@@ -248,6 +251,14 @@ def cmd_watch(conn, args):
         return 0
 
 
+def cmd_signal(conn, args):
+    options = json.dumps({"keep": args.keep}) if args.keep else None
+    woken = one(conn, "SELECT tq_signal(?, ?%s)" % (", ?" if options else ""),
+                args.name, args.payload, *([options] if options else []))
+    say("%s: sent; %d %s waiting for it %s" % (
+        args.name, woken, "job" if woken == 1 else "jobs", "runs again" if woken == 1 else "run again"))
+
+
 def cmd_retry(conn, args):
     job = get_job(conn, args)
     if one(conn, "SELECT tq_retry(?)", args.id):
@@ -261,7 +272,7 @@ def cmd_cancel(conn, args):
     if one(conn, "SELECT tq_cancel(?)", args.id):
         say("%s: cancelled (it was %s)" % (args.id, job["state"]))
     else:
-        raise Failure("job %r is %s: only scheduled, waiting or running jobs can be cancelled"
+        raise Failure("job %r is %s: only scheduled, waiting, blocked or running jobs can be cancelled"
                       % (args.id, job["state"]), 1)
 
 
@@ -350,8 +361,14 @@ def parser():
     c.add_argument("--interval", type=float, default=0.2, help=argparse.SUPPRESS)
     c = command("retry", cmd_retry, "a failed job waits again, with a fresh attempt budget")
     c.add_argument("id", metavar="ID")
-    c = command("cancel", cmd_cancel, "remove a scheduled, waiting or running job")
+    c = command("cancel", cmd_cancel, "remove a scheduled, waiting, blocked or running job")
     c.add_argument("id", metavar="ID")
+    c = command("signal", cmd_signal, "send a signal (tq_signal): every job waiting for it gets the "
+                "payload and runs again; a wait that begins later gets it at once while it is kept")
+    c.add_argument("name", metavar="NAME", help="the signal's name, as the job waits for it (approve:ticket-1)")
+    c.add_argument("payload", metavar="PAYLOAD", nargs="?", default="null",
+                   help="JSON or text the jobs get (default: null)")
+    c.add_argument("--keep", metavar="DURATION", help="how long it is kept for later waits (default 7d)")
     c = command("pause", set_paused(True), "stop claiming a queue's jobs")
     c.add_argument("queue", metavar="QUEUE")
     c = command("resume", set_paused(False), "claim a paused queue's jobs again")

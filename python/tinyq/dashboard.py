@@ -252,7 +252,7 @@ def metrics_text(conn, stats, starts, failures, schedules, now):
             out.append("%s{%s} %s" % (name, text, value))
 
     family("tinyq_jobs", "gauge", "Jobs by queue and state.",
-           [((("queue", q["queue"]), ("state", s)), q[s]) for q in stats for s in views.STATES])
+           [((("queue", q["queue"]), ("state", s)), q[s]) for q in stats for s in views.STATES if s in q])
     family("tinyq_running_leases", "gauge", "Running jobs whose lease has not run out.",
            [((("queue", q["queue"]),), q["leases"]) for q in stats])
     family("tinyq_oldest_waiting_seconds", "gauge", "How long the longest-waiting due job has been due.",
