@@ -182,6 +182,7 @@ def cmd_get(conn, args):
     else:
         say("%s  %s  queue %s" % (job["id"], job["state"], job["queue"]))
         print_job(job, story["steps"])
+        print_workflow(job, story["deps"], story["dependents"])
     say("timeline:")
     for e in story["timeline"]:
         say(("  %s  %6d  %-9s  attempt %d  %s  %s" % (
@@ -207,6 +208,22 @@ def print_job(job, steps):
     for step in steps:
         say("  %s  attempt %d  %s  %s" % (when(step["created_at"], True), step["attempt"], step["name"],
                                            oneline(step["value"], 120)))
+
+
+def print_workflow(job, deps, dependents):
+    """What the job waits or waited for, the signal it waits for, and what waits for it."""
+    on = job.get("blocked_on") or {}
+    if on.get("signal") is not None:
+        say("  %-12s the signal %s, %s" % ("waits for", on["signal"], "until %s" % when(on["until"], True)
+                                             if on.get("until") is not None else "with no timeout"))
+    if deps:
+        say("waits for:" if job["state"] == "blocked" else "waited for:")
+        for dep in deps:
+            say(("  %s  %s  %s" % (dep["id"], dep["state"], oneline(dep["error"], 100))).rstrip())
+    if dependents:
+        say("waited for by:")
+        for dependent in dependents:
+            say("  %s  %s" % (dependent["id"], dependent["state"]))
 
 
 def cmd_schedules(conn, args):
