@@ -255,3 +255,17 @@ def test_wait_for_fails_the_job_on_a_failed_or_cancelled_dependency():
     assert cancelled.value.value == "dependency b was cancelled"
     with pytest.raises(LookupError, match="no job 'b'"):
         _waits.after_results(["a", "b"], {"a": done, "b": None}, ["a"])
+
+
+# -- the fan-out / fan-in of docs/workflows.md, as printed there ------------------------------
+
+def test_the_fan_in_of_the_docs_prints_what_the_docs_say(tmp_path):
+    with open(os.path.join(ROOT, "docs", "workflows.md"), encoding="utf-8") as f:
+        page = f.read()
+    section = page.split("## Fan-out, fan-in", 1)[1]
+    program = section.split("```python\n", 1)[1].split("```", 1)[0]
+    printed = section.split("It prints:\n\n```\n", 1)[1].split("```", 1)[0]
+    run = subprocess.run([PY, "-c", program], cwd=str(tmp_path), capture_output=True, text=True, timeout=GIVE_UP_S,
+                         env=dict(os.environ, TINYQ_EXT=EXT, PYTHONPATH=os.path.join(ROOT, "python")))
+    assert run.returncode == 0, run.stderr
+    assert run.stdout == printed
