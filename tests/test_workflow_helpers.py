@@ -4,7 +4,6 @@ threads, asyncio, Node) in real worker processes (tests/support/workflow_worker.
 with SIGKILL where it is about a crash. The rules themselves (DEP-01, SIG-01) are tested on
 the SQL functions; here: that a handler reads as straight-line code, its kept steps are not
 done again, and a waiting job holds no worker."""
-import collections
 import json
 import os
 import signal
@@ -14,7 +13,7 @@ import time
 
 import pytest
 
-from helpers import EXT, ROOT, connect, get, one
+from helpers import EXT, ROOT, one
 
 sys.path.insert(0, os.path.join(ROOT, "python"))
 import tinyq  # noqa: E402

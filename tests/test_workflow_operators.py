@@ -4,15 +4,13 @@ counted in `tinyq stats`, the dashboard's queue table and /metrics, and a job's 
 linked both ways. Real processes: the CLI and the dashboard server; the page in headless
 Chromium where it is installed."""
 import json
-import signal
-import subprocess
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from helpers import claim, get, one
 from test_cli import assert_error, tinyq
-from test_dashboard import ENV, PY, Browser, browser, http, needs_chromium, save  # noqa: F401 (fixture)
+from test_dashboard import browser, dashboard_process, http, needs_chromium, save  # noqa: F401 (fixture)
 
 
 @pytest.fixture
@@ -74,14 +72,7 @@ def test_get_shows_what_a_job_waits_for_and_what_waits_for_it(flow):
 
 @pytest.fixture
 def dashboard(flow):
-    proc = subprocess.Popen([PY, "-m", "tinyq", "dashboard", flow, "--port", "0"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
-    line = proc.stdout.readline()
-    assert "http://127.0.0.1:" in line, proc.stderr.read()
-    yield line.split()[-3].rstrip("/") + "/"
-    proc.send_signal(signal.SIGINT)
-    assert proc.wait(timeout=60) == 0
+    yield from dashboard_process(flow)
 
 
 def test_the_dashboard_api_and_metrics_know_blocked_jobs(dashboard):
