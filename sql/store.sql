@@ -1,6 +1,6 @@
--- tinyq store, version 6: what a new store is created with. A store made by an older
+-- tinyq store, version 7: what a new store is created with. A store made by an older
 -- tinyq is brought here by sql/migrate_N_to_M.sql instead (tests/fixtures/v1_store.sql to
--- tests/fixtures/v5_store.sql are versions 1 to 5 as they shipped).
+-- tests/fixtures/v6_store.sql are versions 1 to 6 as they shipped).
 -- Every object is named tinyq_*; nothing else is touched.
 -- Value columns are declared BLOB: no affinity, so text such as '0012' is kept as given.
 
@@ -28,33 +28,43 @@ CREATE TABLE tinyq_queues (
 ) WITHOUT ROWID;
 
 CREATE TABLE tinyq_jobs (
-  seq         INTEGER PRIMARY KEY,                -- add order
-  id          TEXT NOT NULL UNIQUE,
-  queue       TEXT NOT NULL,
-  status      TEXT NOT NULL CHECK (status = 'scheduled' OR status = 'queued' OR status = 'running'
-                                   OR status = 'done' OR status = 'failed' OR status = 'cancelled'),
-  grp         TEXT,
-  priority    INTEGER NOT NULL DEFAULT 0,
-  run_at      INTEGER NOT NULL,
-  attempt     INTEGER NOT NULL DEFAULT 0,   -- number of the latest lease; the fence
-  tries       INTEGER NOT NULL DEFAULT 0,   -- attempts charged against the budget
-  budget      INTEGER,                      -- this job's own attempts; NULL = the queue's
-  lease_until INTEGER,                      -- set while an attempt holds or held an unsettled lease
-  deadline    INTEGER,                      -- the attempt's timeout
-  started_at  INTEGER,
-  worker      TEXT,
-  holder      INTEGER,                      -- tinyq_holders.id of the leasing process
-  payload     BLOB,
-  result      BLOB,
-  error       TEXT,
-  progress    BLOB,
-  created_at  INTEGER NOT NULL,
-  settled_at  INTEGER,
-  expires_at  INTEGER,                      -- done/failed only: when the id is freed
-  changed_at  INTEGER NOT NULL,             -- time of the latest state change (for its event)
-  note        BLOB                           -- detail of the latest state change (for its event)
-, meta        BLOB, parked INTEGER NOT NULL DEFAULT 0, start_by INTEGER, slot INTEGER) -- meta: a JSON object kept beside the payload (version 3); parked: 1 for a due job set aside until its group has room (version 4); start_by: tq_add's `expires`, from when no attempt may start (version 6); slot: the id's row in tinyq_marks, NULL for a generated id (version 6); all written as ADD COLUMN writes them
-;
+  seq          INTEGER PRIMARY KEY,                -- add order
+  id           TEXT NOT NULL UNIQUE,
+  queue        TEXT NOT NULL,
+  status       TEXT NOT NULL CHECK (status = 'scheduled' OR status = 'queued' OR status = 'running'
+                                    OR status = 'done' OR status = 'failed' OR status = 'cancelled'
+                                    OR status = 'blocked'),
+  grp          TEXT,
+  priority     INTEGER NOT NULL DEFAULT 0,
+  run_at       INTEGER NOT NULL,             -- blocked: its own time (after) or the wait's timeout (signal)
+  attempt      INTEGER NOT NULL DEFAULT 0,   -- number of the latest lease; the fence
+  tries        INTEGER NOT NULL DEFAULT 0,   -- attempts charged against the budget
+  budget       INTEGER,                      -- this job's own attempts; NULL = the queue's
+  lease_until  INTEGER,                      -- set while an attempt holds or held an unsettled lease
+  deadline     INTEGER,                      -- the attempt's timeout
+  started_at   INTEGER,
+  worker       TEXT,
+  holder       INTEGER,                      -- tinyq_holders.id of the leasing process
+  payload      BLOB,
+  result       BLOB,
+  error        TEXT,
+  progress     BLOB,
+  created_at   INTEGER NOT NULL,
+  settled_at   INTEGER,
+  expires_at   INTEGER,                      -- done/failed only: when the id is freed; NULL while dependents hold it
+  changed_at   INTEGER NOT NULL,             -- time of the latest state change (for its event)
+  note         BLOB,                         -- detail of the latest state change (for its event)
+  meta         BLOB,                         -- a JSON object kept beside the payload (schema 3)
+  parked       INTEGER NOT NULL DEFAULT 0,   -- 1: due, set aside until its group has room (schema 4)
+  start_by     INTEGER,                      -- tq_add's `expires`: no attempt starts from then (schema 6)
+  slot         INTEGER,                      -- the id's row in tinyq_marks; NULL for a generated id (schema 6)
+  -- Workflows (schema 7, DEP-01, SIG-01; docs/design.md "Workflows"):
+  waits        INTEGER,                      -- blocked on jobs: how many of them have not finished
+  signal       TEXT,                         -- blocked on a signal: its name
+  after_failed TEXT,                         -- 'run' or 'cancel'; NULL: 'fail'
+  held         INTEGER,                      -- dependents not finished yet (they keep this job)
+  linked       INTEGER                       -- 1 once the job is on either side of a tinyq_deps row
+);
 
 -- Claim order (JOB-01) over due jobs. A claim walks only the jobs it may start
 -- (parked = 0): ungrouped jobs and the head of each group that has room (docs/design.md).
@@ -117,7 +127,7 @@ CREATE TABLE tinyq_counts (
   started   INTEGER NOT NULL DEFAULT 0,
   edge      INTEGER,
   gedge     INTEGER
-, spill TEXT) WITHOUT ROWID; -- spill: version 5, written as ADD COLUMN writes it
+, spill TEXT, blocked INTEGER NOT NULL DEFAULT 0) WITHOUT ROWID; -- spill: version 5, blocked: version 7, written as ADD COLUMN writes them
 
 -- A line of over 1024 jobs, cut into buckets (schema 5), so that tq_get's `ahead` counts
 -- rather than walks (COST-01; docs/design.md). A bucket starts at the job (priority,
@@ -181,11 +191,12 @@ CREATE TRIGGER tinyq_jobs_added AFTER INSERT ON tinyq_jobs BEGIN
           CASE NEW.status WHEN 'queued' THEN 'waiting' ELSE NEW.status END,
           NEW.attempt, NEW.changed_at, NEW.note);
   INSERT OR IGNORE INTO tinyq_queues (name) VALUES (NEW.queue);
-  -- A job is added scheduled or waiting; its queue's counters row exists (tinyq_queues_added).
+  -- A job is added scheduled, waiting or blocked; its queue's counters row exists (tinyq_queues_added).
   -- spill: see tinyq_counts. The job's key is computed only for a line cut into buckets:
   -- `+ (spill IS NULL)` (0 where it is computed) keeps SQLite from computing it once up front,
   -- as it does for an expression of NEW alone.
   UPDATE tinyq_counts SET scheduled = scheduled + (NEW.status = 'scheduled'), queued = queued + (NEW.status = 'queued'),
+    blocked = blocked + (NEW.status = 'blocked'),
     spill = CASE WHEN NEW.status IS NOT 'queued' THEN CASE WHEN spill IS NULL THEN NULL ELSE '' END
                  WHEN spill IS NOT NULL THEN '+' || printf('%08x%d%016x%016x', 2147483647 - NEW.priority, NEW.run_at >= 0, NEW.run_at, NEW.seq + (spill IS NULL))
                  WHEN queued >= 1024 THEN '*' END
@@ -208,6 +219,7 @@ WHEN OLD.status IS NOT NEW.status OR OLD.attempt IS NOT NEW.attempt BEGIN
     running = running + (NEW.status = 'running') - (OLD.status = 'running'),
     done = done + (NEW.status = 'done') - (OLD.status = 'done'),
     failed = failed + (NEW.status = 'failed') - (OLD.status = 'failed'),
+    blocked = blocked + (NEW.status = 'blocked') - (OLD.status = 'blocked'),
     spill = CASE WHEN spill IS NULL THEN CASE WHEN NEW.status = 'queued' AND queued >= 1024 THEN '*' END
                  WHEN NEW.status = 'queued' THEN '+' || printf('%08x%d%016x%016x', 2147483647 - NEW.priority, NEW.run_at >= 0, NEW.run_at, NEW.seq + (spill IS NULL))
                  WHEN OLD.status = 'queued' THEN '-' || printf('%08x%d%016x%016x', 2147483647 - OLD.priority, OLD.run_at >= 0, OLD.run_at, OLD.seq + (spill IS NULL)) ELSE '' END
@@ -342,7 +354,7 @@ CREATE TRIGGER tinyq_jobs_removed AFTER DELETE ON tinyq_jobs BEGIN
   -- A cancelled job was counted out when it was marked; done and failed ones go here.
   UPDATE tinyq_counts SET done = done - (OLD.status = 'done'), failed = failed - (OLD.status = 'failed'),
     scheduled = scheduled - (OLD.status = 'scheduled'), queued = queued - (OLD.status = 'queued'),
-    running = running - (OLD.status = 'running'),
+    running = running - (OLD.status = 'running'), blocked = blocked - (OLD.status = 'blocked'),
     spill = CASE WHEN spill IS NULL THEN NULL WHEN OLD.status = 'queued' THEN '-' || printf('%08x%d%016x%016x', 2147483647 - OLD.priority, OLD.run_at >= 0, OLD.run_at, OLD.seq + (spill IS NULL)) ELSE '' END
   WHERE queue = OLD.queue AND OLD.status <> 'cancelled';
 END;
@@ -388,3 +400,44 @@ CREATE TABLE tinyq_schedules (
 
 -- What a claim on a queue looks up first: its live schedules' next due times.
 CREATE INDEX tinyq_schedules_due ON tinyq_schedules (queue, next_at) WHERE paused = 0;
+
+-- ---- Workflows (schema 7: DEP-01, SIG-01; docs/design.md, "Workflows") ------------------
+-- A blocked job is in none of the indexes above (each names the statuses it holds), so
+-- claims, limits and `ahead` never see it. It waits for jobs (`waits` of them unfinished,
+-- the rows of tinyq_deps) or for a signal (`signal`, with the wait's timeout as run_at).
+
+-- Dependencies: `job` waits or waited for `dep` (both tinyq_jobs.seq). By `dep`, the settle
+-- that finishes a job finds its dependents; by `job`, tq_deps lists a job's dependencies.
+-- `resolved` is 1 once `dep` finished and `job` took it into account (each edge once, even
+-- if `dep` is retried and finishes again).
+CREATE TABLE tinyq_deps (
+  dep      INTEGER NOT NULL,
+  job      INTEGER NOT NULL,
+  resolved INTEGER,
+  PRIMARY KEY (dep, job)
+) WITHOUT ROWID;
+CREATE INDEX tinyq_deps_job ON tinyq_deps (job, dep);
+
+-- The jobs that wait for a signal, by name (tq_signal wakes them), and by timeout (a claim
+-- makes the ones past it due, as it does scheduled jobs).
+CREATE INDEX tinyq_jobs_signal ON tinyq_jobs (signal) WHERE status = 'blocked' AND signal IS NOT NULL;
+CREATE INDEX tinyq_jobs_timeout ON tinyq_jobs (queue, run_at) WHERE status = 'blocked' AND signal IS NOT NULL;
+
+-- Signals sent (tq_signal), each kept until `keep_until` so that a wait that begins later
+-- returns at once; the first payload sent for a name is the one kept.
+CREATE TABLE tinyq_signals (
+  name       TEXT PRIMARY KEY,
+  payload    BLOB,
+  sent_at    INTEGER NOT NULL,
+  keep_until INTEGER NOT NULL
+) WITHOUT ROWID;
+CREATE INDEX tinyq_signals_kept ON tinyq_signals (keep_until);
+
+-- A job that goes takes its edges with it, both ways (a trigger with a WHEN: a job never
+-- in a workflow pays one test).
+CREATE TRIGGER tinyq_jobs_unlinked AFTER DELETE ON tinyq_jobs WHEN OLD.linked IS NOT NULL BEGIN
+  DELETE FROM tinyq_deps WHERE job = OLD.seq;
+  DELETE FROM tinyq_deps WHERE dep = OLD.seq;
+END;
+
+-- ---- end of the workflows block -----------------------------------------------------------

@@ -12,7 +12,7 @@ use crate::settings::{self, Settings};
 use crate::settle::{self, Held, Outcome};
 use crate::sqlite::{Bind, Conn};
 use crate::sqlite::{Result, Val};
-use crate::{expiry, holders, sweep, wal};
+use crate::{expiry, holders, signals, sweep, wal};
 
 /// Most jobs one claim may take.
 pub const MAX_BATCH: i64 = 1000;
@@ -110,6 +110,9 @@ pub fn run(conn: &Conn, req: &Request) -> Result<Vec<Claimed>> {
         if look.due {
             make_due(conn, &q, now)?;
         }
+        if look.timed_out {
+            signals::end_timeouts(conn, &q, now)?; // SIG-01: a wait past its timeout runs again
+        }
         sweep::in_turn(conn, &q, now, sweep_budget(n))?;
         if q.paused {
             return Ok(vec![]);
@@ -129,7 +132,7 @@ pub fn run(conn: &Conn, req: &Request) -> Result<Vec<Claimed>> {
 
 /// What a claim may have to end or move before it plans, found with one query so that a
 /// claim with nothing to do runs one statement instead of three.
-#[allow(clippy::struct_excessive_bools)] // four independent findings of one query, each read once
+#[allow(clippy::struct_excessive_bools)] // independent findings of one query, each read once
 pub struct Pending {
     /// Other processes hold live leases here (they may be dead: DUR-02).
     pub other_holders: bool,
@@ -139,6 +142,8 @@ pub struct Pending {
     pub due: bool,
     /// Waiting or scheduled jobs past their `expires` (EXP-01).
     pub past_bound: bool,
+    /// Signal waits past their timeout (SIG-01).
+    pub timed_out: bool,
 }
 
 impl Pending {
@@ -152,7 +157,9 @@ impl Pending {
                     EXISTS (SELECT 1 FROM tinyq_jobs WHERE status = 'running' AND expires_at IS NULL AND queue = ?1 AND lease_until <= ?2),
                     EXISTS (SELECT 1 FROM tinyq_jobs WHERE status = 'scheduled' AND queue = ?1 AND run_at <= ?2),
                     ?4 AND EXISTS (SELECT 1 FROM tinyq_groups INDEXED BY tinyq_groups_dirty WHERE dirty = 1 AND queue = ?1), ",
-                expiry::past_bound!()
+                expiry::past_bound!(),
+                ", ",
+                signals::timed_out!()
             ),
             &[&q.name, &now, &conn.holder.get(), &q.has_group_limits()],
         )?;
@@ -162,6 +169,7 @@ impl Pending {
             expired: st.int(1) != 0,
             due: st.int(2) != 0 || st.int(3) != 0,
             past_bound: st.int(4) != 0,
+            timed_out: st.int(5) != 0,
         })
     }
 }
@@ -176,7 +184,7 @@ fn end_expired(conn: &Conn, q: &Settings, now: i64) -> Result<()> {
              WHERE status = 'running' AND expires_at IS NULL AND queue = ?1 AND lease_until <= ?2"
         ),
         &[&q.name, &now],
-        |st| (Held::read(st), st.int(5) != 0),
+        |st| (Held::read(st), st.int(6) != 0),
     )?;
     for (job, timed_out) in ended {
         let outcome = if timed_out { Outcome::Error("timeout".into()) } else { Outcome::LeaseExpired { died: false } };

@@ -13,6 +13,7 @@
 use crate::options::{Moment, Options};
 use crate::settings::Settings;
 use crate::sqlite::{Conn, Result};
+use crate::workflows::{self, End};
 
 /// The error of an expired job.
 pub const ERROR: &str = "expired";
@@ -50,16 +51,25 @@ pub fn too_late(start_by: Option<i64>, run_at: i64) -> bool {
 /// with the error `expired`, dated at its bound (or its last change, if later), kept for the
 /// queue's `keep`. The triggers log each one's event and count it. A lease that ran out
 /// unsettled stays (JOB-05: that attempt's late settlement still counts).
-/// Workflows (DEP-01), once they exist: the dependents of these jobs follow their
-/// `after_failed` here, as those of any job that fails for good.
+/// Workflows (DEP-01): the dependents of these jobs follow their `after_failed` here, as
+/// those of any job that fails for good, and one that others wait for is kept for them.
 pub fn end_expired(conn: &Conn, q: &Settings, now: i64) -> Result<()> {
+    let linked = conn.rows(
+        "SELECT seq FROM tinyq_jobs INDEXED BY tinyq_jobs_expiring
+         WHERE (status = 'scheduled' OR status = 'queued') AND queue = ?1 AND start_by <= ?2 AND linked IS NOT NULL",
+        &[&q.name, &now],
+        |st| st.int(0),
+    )?;
     conn.exec(
         "UPDATE tinyq_jobs INDEXED BY tinyq_jobs_expiring SET status = 'failed', error = ?4, note = ?4, holder = NULL, parked = 0,
              settled_at = max(start_by, changed_at), changed_at = max(start_by, changed_at),
-             expires_at = max(start_by, changed_at) + ?3
+             expires_at = CASE WHEN held IS NULL THEN max(start_by, changed_at) + ?3 END
          WHERE (status = 'scheduled' OR status = 'queued') AND queue = ?1 AND start_by <= ?2",
         &[&q.name, &now, &q.keep(), &ERROR],
     )?;
+    for seq in linked {
+        workflows::ended(conn, seq, End::Failed, now)?;
+    }
     Ok(())
 }
 

@@ -8,6 +8,7 @@ use crate::settings;
 use crate::sqlite::Conn;
 use crate::sqlite::{Out, Result, Val};
 use crate::stats;
+use crate::workflows::{self, After, End};
 use crate::{expiry, json, random, store};
 
 /// SQL: does queue `$queue` have group limits, so that a due grouped job is set aside until
@@ -25,18 +26,19 @@ macro_rules! group_limited {
 pub(crate) use group_limited;
 
 /// SQL: the INSERT of a new job (?1 id, ?2 queue, ?3 status, ?4 group, ?5 priority, ?6 run_at,
-/// ?7 budget, ?8 payload, ?9 meta, ?10 now, ?11 start_by), before its ON CONFLICT (keys.rs).
+/// ?7 budget, ?8 payload, ?9 meta, ?10 now, ?11 start_by, ?12 slot, ?14 waits, ?15
+/// after_failed), before its ON CONFLICT (keys.rs).
 macro_rules! insert_job {
     () => {
         concat!(
-            "INSERT INTO tinyq_jobs (id, queue, status, grp, priority, run_at, budget, payload, meta, created_at, changed_at, attempt, parked, start_by, slot)
+            "INSERT INTO tinyq_jobs (id, queue, status, grp, priority, run_at, budget, payload, meta, created_at, changed_at, attempt, parked, start_by, slot, waits, after_failed)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?10,
                      -- attempts continue after those of the id's earlier jobs (JOB-05, marks.rs)
                      CASE WHEN ?12 IS NULL THEN 0 ELSE coalesce((SELECT attempt FROM tinyq_marks WHERE slot = ?12), 0) END,
                      -- set aside until its group promotes it (limits/groups.rs)
                      CASE WHEN ?4 IS NOT NULL AND ?3 = 'queued' THEN ",
             $crate::jobs::group_limited!("?2"),
-            " ELSE 0 END, ?11, ?12)"
+            " ELSE 0 END, ?11, ?12, ?14, ?15)"
         )
     };
 }
@@ -55,6 +57,7 @@ struct NewJob {
     meta: Option<String>,
     expires: Option<Moment>,
     on_conflict: OnConflict,
+    after: Option<After>,
 }
 
 /// The job options a schedule also gives its jobs (CRON-01), besides those of tq_add alone.
@@ -83,7 +86,7 @@ fn parse_add(args: &[Val]) -> Result<NewJob> {
         bail!("expects (queue, payload [, options])");
     }
     let opts =
-        Options::parse(args.get(2), &[&["id", "at", "delay"], JOB_OPTIONS, expiry::OPTIONS, keys::OPTIONS].concat())?;
+        Options::parse(args.get(2), &[&["id", "at", "delay"], JOB_OPTIONS, expiry::OPTIONS, keys::OPTIONS, workflows::OPTIONS].concat())?;
     let JobOptions { priority, group, attempts, meta } = job_options(&opts)?;
     let mut job = NewJob {
         queue: options::name("queue", &args[0])?,
@@ -97,6 +100,7 @@ fn parse_add(args: &[Val]) -> Result<NewJob> {
         meta,
         expires: expiry::parse(&opts)?,
         on_conflict: OnConflict::Keep,
+        after: workflows::parse(&opts)?,
     };
     if job.at.is_some() && job.delay.is_some() {
         bail!("give option \"at\" or \"delay\", not both");
@@ -104,6 +108,9 @@ fn parse_add(args: &[Val]) -> Result<NewJob> {
     job.on_conflict = keys::parse(&opts, job.id.as_deref(), job.at, job.delay)?;
     if job.id.as_deref().is_some_and(|id| id.starts_with("tq_")) {
         bail!("option \"id\" must not start with 'tq_': that prefix is reserved for generated ids");
+    }
+    if let (Some(after), Some(id)) = (&job.after, &job.id) {
+        workflows::refuse_self("option \"after\"", id, &after.ids)?;
     }
     if let Some(id) = job.id.as_deref().filter(|id| is_schedule_id(id)) {
         bail!(
@@ -128,14 +135,20 @@ pub fn tq_add(conn: &Conn, args: &[Val]) -> Result<Out> {
     let job = parse_add(args)?;
     // Each statement here is atomic on its own: the INSERT, and the DELETE of a row that is
     // past its window (which any sweep may remove), so no transaction is needed. That keeps
-    // an add inside a trigger or the caller's transaction to one statement.
-    conn.write_one(|| {
+    // an add inside a trigger or the caller's transaction to one statement. A job with
+    // `after` writes its edges too, in one transaction.
+    let add = || {
         let now = conn.now();
         let run_at = job.at.unwrap_or(now + job.delay.unwrap_or(0));
         let id = match &job.id {
             Some(id) => id.clone(),
             None => generated_id(conn, now)?,
         };
+        let deps = match &job.after {
+            Some(after) => Some(workflows::find(conn, "option \"after\"", &after.ids)?),
+            None => None,
+        };
+        let waits = deps.as_ref().map(|d| d.iter().filter(|d| d.status != "done").count() as i64).filter(|w| *w > 0);
         let row = Row {
             id: &id,
             queue: &job.queue,
@@ -147,10 +160,28 @@ pub fn tq_add(conn: &Conn, args: &[Val]) -> Result<Out> {
             meta: &job.meta,
             start_by: expiry::bound(job.expires.as_ref(), run_at, now)?,
             on_conflict: job.on_conflict,
+            waits,
+            after_failed: workflows::stored_policy(job.after.as_ref()),
         };
+        let Some(deps) = deps else {
+            insert(conn, &row, now)?;
+            return Ok(Out::Text(id));
+        };
+        // `after` applies to the job this add creates; a replace keeps the present job's.
+        let before = conn.one_int("SELECT seq FROM tinyq_jobs WHERE id = ?1", &[&id])?;
         insert(conn, &row, now)?;
+        let after = conn.one_int("SELECT seq FROM tinyq_jobs WHERE id = ?1", &[&id])?;
+        if let Some(seq) = after.filter(|s| Some(*s) != before) {
+            workflows::link(conn, seq, &deps)?;
+            workflows::settle_failed(conn, seq, &deps, now)?;
+        }
         Ok(Out::Text(id))
-    })
+    };
+    if job.after.is_some() {
+        conn.write_tx(add)
+    } else {
+        conn.write_one(add)
+    }
 }
 
 /// One job to add: what tq_add and a schedule's due time (src/schedule/) both insert.
@@ -167,6 +198,10 @@ pub struct Row<'a> {
     pub start_by: Option<i64>,
     /// What a present id does (keys.rs).
     pub on_conflict: OnConflict,
+    /// Blocked on this many unfinished dependencies (workflows.rs); None: not blocked.
+    pub waits: Option<i64>,
+    /// tq_add's `after_failed`, as stored (NULL: 'fail').
+    pub after_failed: Option<&'static str>,
 }
 
 /// Adds the job unless its id is present; a present job stays (DEDUPE: its meta included),
@@ -219,7 +254,7 @@ pub fn tq_get(conn: &Conn, args: &[Val]) -> Result<Out> {
     let now = conn.now();
     let found = conn.row(
         "SELECT seq, id, queue, status, grp, priority, attempt, tries, budget, run_at, lease_until, deadline,
-                worker, payload, result, error, progress, created_at, settled_at, meta, start_by
+                worker, payload, result, error, progress, created_at, settled_at, meta, start_by, signal
          FROM tinyq_jobs WHERE id = ?1",
         &[&id],
         |st| {
@@ -245,10 +280,13 @@ pub fn tq_get(conn: &Conn, args: &[Val]) -> Result<Out> {
             });
             // Written as stored (json.rs): [payload, meta, result, progress].
             let stored = [st.val(13), st.val(19), st.val(14), st.val(16)];
-            (job, stored, queue, status, place)
+            (job, stored, queue, status, place, st.text(21))
         },
     )?;
-    let Some((mut obj, stored, queue, status, place)) = found else { return Ok(Out::Null) };
+    let Some((mut obj, stored, queue, status, place, signal)) = found else { return Ok(Out::Null) };
+    if status == "blocked" {
+        obj["blocked_on"] = workflows::blocked_on(conn, place.2, signal, place.1)?;
+    }
     if obj["attempts"].is_null() {
         obj["attempts"] = settings::load(conn, &queue)?.attempts().into();
     }
@@ -272,13 +310,20 @@ pub fn tq_cancel(conn: &Conn, args: &[Val]) -> Result<Out> {
     conn.write_tx(|| {
         // Marking it logs the `cancelled` event (trigger); then it is gone, with its steps.
         // (A trigger doing the delete would cost every UPDATE of tinyq_jobs ~5 µs.)
+        let now = conn.now();
         let marked = conn.exec(
             "UPDATE tinyq_jobs SET status = 'cancelled', changed_at = ?2, note = NULL
-             WHERE id = ?1 AND status IN ('scheduled', 'queued', 'running')",
-            &[&id, &conn.now()],
+             WHERE id = ?1 AND status IN ('scheduled', 'queued', 'running', 'blocked')",
+            &[&id, &now],
         )?;
         if marked > 0 {
-            conn.exec("DELETE FROM tinyq_jobs WHERE id = ?1", &[&id])?;
+            // Its dependents follow their `after_failed` (DEP-01), and it goes with them.
+            match conn.one_int("SELECT seq FROM tinyq_jobs WHERE id = ?1 AND linked IS NOT NULL", &[&id])? {
+                Some(seq) => workflows::ended(conn, seq, End::Cancelled, now)?,
+                None => {
+                    conn.exec("DELETE FROM tinyq_jobs WHERE id = ?1", &[&id])?;
+                }
+            }
         }
         Ok(Out::Int(marked.min(1)))
     })

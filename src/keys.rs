@@ -1,7 +1,9 @@
 //! Keys (KEY-01): what tq_add does when its chosen id is present, by its `on_conflict`:
 //! - `keep` (the default, DEDUPE): nothing;
-//! - `replace`: a job that has not started (scheduled or waiting) takes the new payload,
-//!   meta, priority, group, attempts, time and expiry; a running, done or failed one stays;
+//! - `replace`: a job that has not started (scheduled, waiting or blocked) takes the new
+//!   payload, meta, priority, group, attempts, time and expiry; a running, done or failed one
+//!   stays. A blocked job stays blocked on what it waits for (its `after` list is the one it
+//!   was created with; a replace's `after` is not applied), and a signal wait keeps its timeout;
 //! - `debounce`: as replace, and its time becomes now + `delay` at every add, never later
 //!   than `max_wait` after the add that created it.
 //!
@@ -66,9 +68,17 @@ macro_rules! new_run_at {
 /// Adds the job or, per its `on_conflict`, replaces the present job of its id, in one
 /// statement. Returns the rows written (0: the id is taken by a job it leaves alone).
 pub fn write(conn: &Conn, job: &Row, now: i64) -> Result<i64> {
-    let status = if job.run_at > now { "scheduled" } else { "queued" };
+    let status = match job.waits {
+        Some(_) => "blocked",
+        None if job.run_at > now => "scheduled",
+        None => "queued",
+    };
     let slot = marks::slot(job.id);
-    let values: [&dyn Bind; 12] = [
+    let max_wait = match job.on_conflict {
+        OnConflict::Debounce { max_wait } => max_wait,
+        _ => None,
+    };
+    let values: [&dyn Bind; 15] = [
         &job.id,
         &job.queue,
         &status,
@@ -81,33 +91,37 @@ pub fn write(conn: &Conn, job: &Row, now: i64) -> Result<i64> {
         &now,
         &job.start_by,
         &slot,
+        &max_wait,
+        &job.waits,
+        &job.after_failed,
     ];
-    let max_wait = match job.on_conflict {
-        OnConflict::Keep => return conn.exec(concat!(insert_job!(), " ON CONFLICT (id) DO NOTHING"), &values),
-        OnConflict::Replace => None,
-        OnConflict::Debounce { max_wait } => max_wait,
-    };
+    if job.on_conflict == OnConflict::Keep {
+        return conn.exec(concat!(insert_job!(), " ON CONFLICT (id) DO NOTHING"), &values);
+    }
+    // A blocked job stays blocked (its dependencies or its signal are its own), and one that
+    // waits for a signal keeps its timeout as its time.
     conn.exec(
         concat!(
             insert_job!(),
             " ON CONFLICT (id) DO UPDATE SET
-                 status = CASE WHEN ",
+                 status = CASE WHEN tinyq_jobs.status = 'blocked' THEN 'blocked' WHEN ",
             new_run_at!(),
             " > ?10 THEN 'scheduled' ELSE 'queued' END,
-                 run_at = ",
+                 run_at = CASE WHEN tinyq_jobs.signal IS NOT NULL THEN tinyq_jobs.run_at ELSE ",
             new_run_at!(),
-            ", grp = ?4, priority = ?5, budget = ?7, payload = ?8, meta = ?9, start_by = ?11, changed_at = ?10,
+            " END, grp = ?4, priority = ?5, budget = ?7, payload = ?8, meta = ?9, start_by = ?11, changed_at = ?10,
                  note = '{\"replaced\":true}',
                  -- the attempt that held it last cannot settle what it never ran (JOB-05)
                  lease_until = NULL,
-                 parked = ?4 IS NOT NULL AND ",
+                 parked = tinyq_jobs.status <> 'blocked' AND ?4 IS NOT NULL AND ",
             new_run_at!(),
             " <= ?10 AND ",
             crate::jobs::group_limited!("?2"),
             "
-             WHERE (tinyq_jobs.status = 'scheduled' OR tinyq_jobs.status = 'queued') AND tinyq_jobs.queue = ?2"
+             WHERE (tinyq_jobs.status = 'scheduled' OR tinyq_jobs.status = 'queued' OR tinyq_jobs.status = 'blocked')
+               AND tinyq_jobs.queue = ?2"
         ),
-        &[&values[..], &[&max_wait as &dyn Bind]].concat(),
+        &values,
     )
 }
 

@@ -34,6 +34,7 @@ mod random;
 mod schedule;
 mod settings;
 mod settle;
+mod signals;
 mod stats;
 mod steps;
 mod store;
@@ -41,8 +42,10 @@ mod sweep;
 mod tables;
 mod time;
 mod wait;
+mod waits;
 mod wake;
 mod wal;
+mod workflows;
 
 use std::ffi::c_int;
 use std::rc::Rc;
@@ -59,6 +62,7 @@ const SCALARS: &[(&str, c_int, c_int, sqlite::Body)] = &[
     ("tq_cancel", -1, TRIGGERS, jobs::tq_cancel),
     ("tq_get", -1, INNOCUOUS, jobs::tq_get),
     ("tq_retry", -1, DIRECT_ONLY, jobs::tq_retry),
+    ("tq_signal", -1, TRIGGERS, signals::tq_signal),
     ("tq_renew", -1, DIRECT_ONLY, settle::tq_renew),
     ("tq_settle", -1, DIRECT_ONLY, settle::tq_settle),
     ("tq_step_get", -1, INNOCUOUS, steps::tq_step_get),
@@ -89,6 +93,7 @@ fn register_all(conn: &Rc<Conn>) -> Result<()> {
     register_table::<tables::Stats>(conn)?;
     register_table::<tables::Schedules>(conn)?;
     register_table::<tables::Steps>(conn)?;
+    register_table::<tables::Deps>(conn)?;
     register_table::<sqlite::Statements>(conn)?;
     Ok(())
 }

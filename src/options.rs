@@ -93,6 +93,22 @@ impl Options {
         }
     }
 
+    /// A JSON array of names (such as `after`'s job ids), each checked as `name` checks one.
+    pub fn list(&self, key: &str) -> Result<Option<Vec<String>>> {
+        match self.raw(key) {
+            None => Ok(None),
+            Some(Value::Array(items)) => items
+                .iter()
+                .map(|v| match v {
+                    Value::String(s) => name(&format!("option \"{key}\": an id"), &Val::Text(s.clone())),
+                    v => bail!("option \"{key}\" must hold ids as text, not {}", json_kind(v)),
+                })
+                .collect::<Result<Vec<_>>>()
+                .map(Some),
+            Some(v) => bail!("option \"{key}\" must be an array of job ids like [\"a\", \"b\"], not {}", json_kind(v)),
+        }
+    }
+
     pub fn duration(&self, key: &str) -> Result<Option<i64>> {
         self.typed(key, time::parse_duration)
     }

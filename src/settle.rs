@@ -1,8 +1,10 @@
-//! How an attempt ends: settle's five outcomes, and the endings claims find (a lease
+//! How an attempt ends: settle's six outcomes, and the endings claims find (a lease
 //! that ran out, a timeout). One function moves the job for all of them.
 
 use crate::settings::{self, Settings};
 use crate::sqlite::{Conn, Error, Out, Result, Stmt, Val};
+use crate::waits::{self, Wait};
+use crate::workflows::{self, End};
 use crate::{expiry, options, random, time};
 
 pub enum Outcome {
@@ -15,6 +17,8 @@ pub enum Outcome {
     LeaseExpired {
         died: bool,
     },
+    /// Blocked until jobs finish or a signal comes (waits.rs); the attempt does not count.
+    Wait(Wait),
 }
 
 /// The job fields an ending needs.
@@ -25,12 +29,14 @@ pub struct Held {
     pub budget: Option<i64>,
     /// Its `expires` (EXP-01): it never runs again at or after it.
     pub start_by: Option<i64>,
+    /// It is in a workflow (tinyq_deps): its ending is told to its dependencies and dependents.
+    pub linked: bool,
 }
 
 /// SQL: the columns of tinyq_jobs that `Held::read` reads, first in a SELECT.
 macro_rules! held_columns {
     () => {
-        "seq, attempt, tries, budget, start_by"
+        "seq, attempt, tries, budget, start_by, linked"
     };
 }
 pub(crate) use held_columns;
@@ -38,7 +44,14 @@ pub(crate) use held_columns;
 impl Held {
     /// Reads a row whose first columns are `held_columns!()`.
     pub fn read(st: &Stmt) -> Held {
-        Held { seq: st.int(0), attempt: st.int(1), tries: st.int(2), budget: st.opt_int(3), start_by: st.opt_int(4) }
+        Held {
+            seq: st.int(0),
+            attempt: st.int(1),
+            tries: st.int(2),
+            budget: st.opt_int(3),
+            start_by: st.opt_int(4),
+            linked: st.opt_int(5).is_some(),
+        }
     }
 }
 
@@ -53,31 +66,32 @@ pub fn apply(conn: &Conn, job: &Held, q: &Settings, outcome: Outcome, now: i64) 
     // Waits again until `run_at`, unless that is past its `expires` (EXP-01): then it ends here.
     let wait_again = |tries: i64, run_at: i64, error: Option<&str>, note: Val| {
         if expiry::too_late(job.start_by, run_at) {
-            fail(conn, job.seq, expiry::ERROR, q, now, false)
+            fail(conn, job, expiry::ERROR, q, now, false)
         } else {
             again(conn, q, job.seq, tries, run_at, error, note, now)
         }
     };
     match outcome {
         Outcome::Error(msg) if left => wait_again(job.tries, now + backoff(), Some(&msg), Val::Text(msg.clone())),
-        Outcome::Error(msg) | Outcome::Fail(msg) => fail(conn, job.seq, &msg, q, now, false),
+        Outcome::Error(msg) | Outcome::Fail(msg) => fail(conn, job, &msg, q, now, false),
         Outcome::Retry(delay) if left => {
             let delay = delay.unwrap_or_else(backoff);
             wait_again(job.tries, now + delay, None, Val::Int(delay))
         }
         Outcome::Retry(_) => fail(
             conn,
-            job.seq,
+            job,
             &format!("retried on attempt {} of {budget}: no attempts left", job.tries),
             q,
             now,
             false,
         ),
         Outcome::Snooze(delay) => wait_again(job.tries - 1, now + delay, None, Val::Int(delay)),
+        Outcome::Wait(wait) => waits::begin(conn, job, q, &wait, now),
         Outcome::LeaseExpired { died } => {
             let why = if died { "worker process died" } else { "lease expired" };
             if left && expiry::too_late(job.start_by, now) {
-                fail(conn, job.seq, expiry::ERROR, q, now, true)
+                fail(conn, job, expiry::ERROR, q, now, true)
             } else if left {
                 // Back in line at its old place; lease_until stays so a late settle still counts.
                 conn.exec(
@@ -88,7 +102,7 @@ pub fn apply(conn: &Conn, job: &Held, q: &Settings, outcome: Outcome, now: i64) 
                 )
             } else {
                 let msg = format!("{why} on attempt {} of {budget}: its leases ran out", job.tries);
-                fail(conn, job.seq, &msg, q, now, true)
+                fail(conn, job, &msg, q, now, true)
             }
         }
     }?;
@@ -98,7 +112,7 @@ pub fn apply(conn: &Conn, job: &Held, q: &Settings, outcome: Outcome, now: i64) 
 /// Waits again until `run_at`, with `tries` charged so far. Due at once in a queue with
 /// group limits, a grouped job is set aside until its group promotes it (limits/groups.rs).
 #[allow(clippy::too_many_arguments)]
-fn again(
+pub fn again(
     conn: &Conn,
     q: &Settings,
     seq: i64,
@@ -119,26 +133,35 @@ fn again(
 }
 
 /// Fails the job for good. `keep_lease`: the attempt's lease ran out unsettled, and its
-/// late settlement still counts until someone claims the job (JOB-05).
-fn fail(conn: &Conn, seq: i64, msg: &str, q: &Settings, now: i64, keep_lease: bool) -> Result<i64> {
-    conn.exec(
+/// late settlement still counts until someone claims the job (JOB-05). A job that others
+/// wait for is kept while they have not finished (no window yet), and they follow their
+/// `after_failed` (DEP-01).
+fn fail(conn: &Conn, job: &Held, msg: &str, q: &Settings, now: i64, keep_lease: bool) -> Result<i64> {
+    let n = conn.exec(
         "UPDATE tinyq_jobs SET status = 'failed', error = ?2, note = ?2, holder = NULL,
              lease_until = CASE WHEN ?5 THEN lease_until END,
-             settled_at = ?3, expires_at = ?4, changed_at = ?3
+             settled_at = ?3, expires_at = CASE WHEN held IS NULL THEN ?4 END, changed_at = ?3
          WHERE seq = ?1",
-        &[&seq, &msg, &now, &(now + q.keep()), &keep_lease],
-    )
+        &[&job.seq, &msg, &now, &(now + q.keep()), &keep_lease],
+    )?;
+    if job.linked {
+        workflows::ended(conn, job.seq, End::Failed, now)?;
+    }
+    Ok(n)
 }
 
-/// What tq_settle was asked to do: `done` is one statement; the others need the budget.
+/// What tq_settle was asked to do: `done` is one statement (unless the job is in a
+/// workflow); the others need the budget.
 enum Settle {
     Done(Val),
     Other(Outcome),
 }
 
+const OUTCOMES: &str = "'done', 'error', 'retry', 'snooze', 'fail' or 'wait'";
+
 fn parse_outcome(outcome: &Val, value: Option<&Val>) -> Result<Settle> {
     let Val::Text(name) = outcome else {
-        bail!("outcome must be text ('done', 'error', 'retry', 'snooze' or 'fail'), not {}", outcome.kind());
+        bail!("outcome must be text ({OUTCOMES}), not {}", outcome.kind());
     };
     let value = value.cloned().unwrap_or(Val::Null);
     let text = |what: &str| -> Result<String> {
@@ -159,8 +182,9 @@ fn parse_outcome(outcome: &Val, value: Option<&Val>) -> Result<Settle> {
         "retry" => Outcome::Retry(Some(delay(&value)?)),
         "snooze" if value.is_null() => bail!("outcome 'snooze' needs a delay, like '10m'"),
         "snooze" => Outcome::Snooze(delay(&value)?),
+        "wait" => Outcome::Wait(Wait::parse(&value)?),
         other => {
-            bail!("unknown outcome '{}' (expected 'done', 'error', 'retry', 'snooze' or 'fail')", options::clip(other))
+            bail!("unknown outcome '{}' (expected {OUTCOMES})", options::clip(other))
         }
     }))
 }
@@ -183,19 +207,38 @@ macro_rules! working_fence {
 }
 pub(crate) use working_fence;
 
-/// Settles `done` in one statement, fenced like `held`; the id is kept for `dedupe`.
-fn done(conn: &Conn, id: &str, attempt: i64, result: &Val) -> Result<Out> {
-    let n = conn.exec(
+/// SQL: settles `done`, fenced like `held`; the id is kept for `dedupe`, or with no window
+/// while dependents hold it (workflows.rs).
+macro_rules! done_sql {
+    ($also:literal) => {
         concat!(
             "UPDATE tinyq_jobs SET status = 'done', result = ?3, error = NULL, lease_until = NULL, holder = NULL,
                  settled_at = ?4, changed_at = ?4, note = NULL,
-                 expires_at = ?4 + coalesce((SELECT dedupe FROM tinyq_queues WHERE name = tinyq_jobs.queue), ?5)
+                 expires_at = CASE WHEN held IS NULL THEN ?4 + coalesce((SELECT dedupe FROM tinyq_queues WHERE name = tinyq_jobs.queue), ?5) END
              WHERE",
-            settle_fence!()
-        ),
-        &[&id, &attempt, result, &conn.now(), &settings::DEFAULT_DEDUPE],
-    )?;
-    Ok(Out::Int(n.min(1)))
+            settle_fence!(),
+            $also
+        )
+    };
+}
+
+/// Settles `done` in one statement when the job is in no workflow; a job in one settles in
+/// a transaction that also moves its dependents (DEP-01: in the same transaction).
+fn done(conn: &Conn, id: &str, attempt: i64, result: &Val) -> Result<Out> {
+    let now = conn.now();
+    let values = [&id as &dyn crate::sqlite::Bind, &attempt, result, &now, &settings::DEFAULT_DEDUPE];
+    let n = conn.write_one(|| conn.exec(done_sql!("AND linked IS NULL"), &values))?;
+    if n > 0 {
+        return Ok(Out::Int(1));
+    }
+    conn.write_tx(|| {
+        let Some((job, _)) = held(conn, id, attempt)? else {
+            return Ok(Out::Int(0));
+        };
+        conn.exec(done_sql!(""), &values)?;
+        workflows::ended(conn, job.seq, End::Done, now)?;
+        Ok(Out::Int(1))
+    })
 }
 
 /// The attempt that holds (or held, unsettled, with nobody after it) the job's lease.
@@ -207,7 +250,7 @@ fn held(conn: &Conn, id: &str, attempt: i64) -> Result<Option<(Held, String)>> {
     if !st.step()? {
         return Ok(None);
     }
-    Ok(Some((Held::read(&st), st.text(5).unwrap_or_default())))
+    Ok(Some((Held::read(&st), st.text(6).unwrap_or_default())))
 }
 
 fn id_and_attempt(args: &[Val]) -> Result<(String, i64)> {
@@ -221,7 +264,7 @@ pub fn tq_settle(conn: &Conn, args: &[Val]) -> Result<Out> {
     }
     let (id, attempt) = id_and_attempt(args)?;
     let outcome = match parse_outcome(&args[2], args.get(3))? {
-        Settle::Done(result) => return conn.write_one(|| done(conn, &id, attempt, &result)),
+        Settle::Done(result) => return done(conn, &id, attempt, &result),
         Settle::Other(o) => o,
     };
     conn.write_tx(|| {

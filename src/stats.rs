@@ -15,13 +15,13 @@ use crate::sqlite::{Result, Stmt, Val};
 /// One row of tq_stats.
 pub fn queue_row(conn: &Conn, name: &str, now: i64) -> Result<Vec<Val>> {
     let q = settings::load(conn, name)?;
-    let (scheduled, queued, running, done, failed, started, edge) = conn
+    let (scheduled, queued, running, done, failed, started, edge, blocked) = conn
         .row(
-            "SELECT scheduled, queued, running, done, failed, started, edge FROM tinyq_counts WHERE queue = ?1",
+            "SELECT scheduled, queued, running, done, failed, started, edge, blocked FROM tinyq_counts WHERE queue = ?1",
             &[&name],
-            |st| (st.int(0), st.int(1), st.int(2), st.int(3), st.int(4), st.int(5), st.opt_int(6)),
+            |st| (st.int(0), st.int(1), st.int(2), st.int(3), st.int(4), st.int(5), st.opt_int(6), st.int(7)),
         )?
-        .unwrap_or((0, 0, 0, 0, 0, 0, None));
+        .unwrap_or((0, 0, 0, 0, 0, 0, None, 0));
     let due = due_scheduled(conn, name, now)?;
     let expired = conn
         .one_int(
@@ -62,6 +62,7 @@ pub fn queue_row(conn: &Conn, name: &str, now: i64) -> Result<Vec<Val>> {
         oldest.map_or(Val::Null, |t| Val::Int(now - t)),
         in_window,
         Val::Int(q.paused as i64),
+        Val::Int(blocked),
     ])
 }
 

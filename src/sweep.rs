@@ -5,6 +5,7 @@ use crate::holders;
 use crate::limits::windows;
 use crate::options;
 use crate::settings::{self, Settings};
+use crate::signals;
 use crate::sqlite::{Bind, Conn, Out, Result, Val};
 
 // Limits are written `LIMIT ?N + 0`: since SQLite 3.47 or so a bare `LIMIT ?N` is planned
@@ -26,7 +27,7 @@ enum Look {
 }
 
 /// Every kind of expired row, in the order tq_sweep removes them.
-const KINDS: [Kind; 3] = [settled_jobs, events, starts];
+const KINDS: [Kind; 4] = [settled_jobs, events, starts, signals_sent];
 
 /// Runs `delete`, unless asked to look first and `probe` (a SELECT EXISTS, on the first
 /// `probe_params`) finds nothing.
@@ -95,6 +96,11 @@ fn starts(conn: &Conn, q: &Settings, now: i64, limit: i64, look: Look) -> Result
     )
 }
 
+/// Signals past their `keep` (SIG-01), store-wide like events.
+fn signals_sent(conn: &Conn, _: &Settings, now: i64, limit: i64, look: Look) -> Result<i64> {
+    delete_if_any(conn, look, signals::SWEEP_PROBE, signals::SWEEP, &[&now, &limit], 1)
+}
+
 /// Removes up to `limit` rows of one queue that are past their windows; returns how many.
 pub fn queue(conn: &Conn, q: &Settings, now: i64, limit: i64) -> Result<i64> {
     let mut left = limit;
@@ -108,7 +114,7 @@ pub fn queue(conn: &Conn, q: &Settings, now: i64, limit: i64) -> Result<i64> {
 }
 
 /// What a claim sweeps on the way: one kind per claim, in turn, with the budget of all
-/// three, so that each claim runs one statement for it and the store still stays bounded.
+/// of them, so that each claim runs one statement for it and the store still stays bounded.
 pub fn in_turn(conn: &Conn, q: &Settings, now: i64, limit: i64) -> Result<i64> {
     let turn = conn.sweep_turn.get();
     conn.sweep_turn.set(turn.wrapping_add(1));

@@ -132,7 +132,7 @@ macro_rules! job_columns {
     };
 }
 
-const STATES: &[&str] = &["scheduled", "waiting", "running", "done", "failed", "cancelled"];
+const STATES: &[&str] = &["scheduled", "waiting", "running", "done", "failed", "blocked", "cancelled"];
 
 /// Visible columns of tq_jobs; the hidden `after` and `prefix` arguments follow them.
 const JOB_COLUMNS: usize = 16;
@@ -180,7 +180,9 @@ impl TableFn for Jobs {
             )?;
             return Ok(Rows::query(st));
         }
-        if let (Val::Text(_), Some(state)) = (&queue, state.as_deref().filter(|s| *s != "cancelled")) {
+        // A queue's blocked jobs have no index of their own in claim order: they are listed
+        // by the walk below, in add order.
+        if let (Val::Text(_), Some(state)) = (&queue, state.as_deref().filter(|s| *s != "cancelled" && *s != "blocked")) {
             let cursor = match &after {
                 None => None,
                 Some(id) => Some(pages::cursor(conn, state, id)?.ok_or_else(|| {
@@ -220,9 +222,9 @@ impl TableFn for Stats {
     const NAME: &'static str = "tq_stats";
     const SCHEMA: &'static str = "CREATE TABLE x(queue TEXT, scheduled INTEGER, waiting INTEGER, running INTEGER,
         leases INTEGER, done INTEGER, failed INTEGER, oldest_waiting_ms INTEGER, started_in_window INTEGER,
-        paused INTEGER, of_queue HIDDEN)";
-    const VISIBLE: usize = 10;
-    const FILTERS: &'static [usize] = &[10];
+        paused INTEGER, blocked INTEGER, of_queue HIDDEN)";
+    const VISIBLE: usize = 11;
+    const FILTERS: &'static [usize] = &[11];
     const DIRECT_ONLY: bool = false;
     fn rows(conn: &Rc<Conn>, filters: &[Option<Val>]) -> Result<Rows> {
         let queue = arg(filters, 0).map(|v| options::name("queue", v)).transpose()?;
@@ -283,6 +285,38 @@ impl TableFn for Steps {
             "SELECT s.name, s.attempt, s.value, s.created_at FROM tinyq_steps s JOIN tinyq_jobs j ON s.job = j.seq
              WHERE j.id = ?1 ORDER BY s.created_at, s.name",
             &[&id],
+        )?;
+        Ok(Rows::query(st))
+    }
+}
+
+/// SELECT * FROM tq_deps(id): the jobs `id` waits or waited for (DEP-01), in the order they
+/// were added, with their state, result and error: how a fan-in job reads its children's
+/// answers. A dependency that is gone (cancelled, or swept once every dependent finished) is
+/// not listed. Read-only.
+pub struct Deps;
+
+impl TableFn for Deps {
+    const NAME: &'static str = "tq_deps";
+    const SCHEMA: &'static str = "CREATE TABLE x(id TEXT, state TEXT, result, error TEXT, job HIDDEN)";
+    const VISIBLE: usize = 4;
+    const FILTERS: &'static [usize] = &[4];
+    const DIRECT_ONLY: bool = false;
+    fn rows(conn: &Rc<Conn>, filters: &[Option<Val>]) -> Result<Rows> {
+        let id = match filters.first().and_then(Option::as_ref) {
+            None => bail!("expects (id): SELECT * FROM tq_deps('job-id')"),
+            Some(v) => options::name("id", v)?,
+        };
+        if !store::exists(conn)? {
+            return Ok(Rows::list(vec![]));
+        }
+        let st = conn.query(
+            "SELECT j.id, CASE j.status WHEN 'queued' THEN 'waiting'
+                             WHEN 'scheduled' THEN CASE WHEN j.run_at <= ?2 THEN 'waiting' ELSE 'scheduled' END
+                             ELSE j.status END, j.result, j.error
+             FROM tinyq_deps d JOIN tinyq_jobs j ON j.seq = d.dep
+             WHERE d.job = (SELECT seq FROM tinyq_jobs WHERE id = ?1) ORDER BY d.dep",
+            &[&id, &conn.now()],
         )?;
         Ok(Rows::query(st))
     }

@@ -9,6 +9,7 @@ use crate::expiry;
 use crate::limits::windows;
 use crate::schedule;
 use crate::settings;
+use crate::signals;
 use crate::sqlite::Conn;
 use crate::sqlite::Error;
 use crate::sqlite::{Out, Result, Val};
@@ -46,6 +47,7 @@ fn claimable(conn: &Conn, queue: &str, now: i64) -> Result<bool> {
     Ok(pending.due
         || pending.expired
         || pending.past_bound
+        || pending.timed_out
         || schedule::next_at(conn, queue)?.is_some_and(|t| t <= now))
 }
 
@@ -69,7 +71,8 @@ fn next_due(conn: &Conn, queue: &str, now: i64) -> Result<Option<i64>> {
         &[&queue, &now],
     )?;
     let bound = expiry::next_bound(conn, queue, now)?;
-    Ok([clock, rate_frees, schedule::next_at(conn, queue)?, bound].into_iter().flatten().min())
+    let timeout = signals::next_timeout(conn, queue, now)?;
+    Ok([clock, rate_frees, schedule::next_at(conn, queue)?, bound, timeout].into_iter().flatten().min())
 }
 
 /// The store as a waiter finds it: None when a job of `queue` may be claimable now, else

@@ -12,7 +12,7 @@ import pytest
 from helpers import ROOT, check_buckets, claim, connect, get, one, plain_ahead
 
 NOW = 1_900_000_000_000
-CURRENT = 6  # the schema version this build creates
+CURRENT = 7  # the schema version this build creates
 DAY = 86_400_000
 
 

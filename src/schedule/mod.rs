@@ -208,6 +208,8 @@ impl Schedule {
             meta: &self.meta,
             start_by: None,
             on_conflict: OnConflict::Keep, // CRON-01: one job per due time, its first add's
+            waits: None,
+            after_failed: None,
         }
     }
 }
