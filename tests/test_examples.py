@@ -301,7 +301,7 @@ def test_approval_waits_for_a_person_and_sends_once_even_if_its_worker_is_killed
         assert http("GET", base + "/tickets/1")[1] == {"ticket": 1, "state": "awaiting_approval", "sent": 0}
 
         worker.kill()                                  # SIGKILL while the job waits
-        _, first_out, _ = worker.communicate(timeout=60)
+        first_out, _ = worker.communicate(timeout=60)
         assert worker.returncode == -signal.SIGKILL
 
         assert http("POST", base + "/tickets/1/approve", {"by": "lee"}) == (200, {"ticket": 1, "approved_by": "lee"})
