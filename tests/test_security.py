@@ -4,7 +4,7 @@
   called from a view or a trigger, whatever trusted_schema says: SQLite's own
   "unsafe use of ..." error, and nothing changes. This is what keeps a database file
   prepared by someone else from settling, sweeping or pausing your jobs when you read it.
-- tq_add and tq_cancel may be called from triggers (and views) while trusted_schema is ON;
+- tq_add, tq_cancel and tq_signal may be called from triggers (and views) while trusted_schema is ON;
   with trusted_schema=OFF SQLite refuses them with its own clear error.
 - Read-only functions are INNOCUOUS: they work in views and triggers even with
   trusted_schema=OFF.
@@ -22,7 +22,7 @@ INNOCUOUS = 0x200000
 
 # (function, narg as registered) -> flags, per docs/design.md "Function flags (SEC-01)".
 EXPECTED_FLAGS = {
-    ("tq_add", -1): 0, ("tq_cancel", -1): 0,
+    ("tq_add", -1): 0, ("tq_cancel", -1): 0, ("tq_signal", -1): 0,
     ("tq_get", -1): INNOCUOUS, ("tq_now", -1): INNOCUOUS, ("tq_version", -1): INNOCUOUS,
     ("tq_debug", -1): INNOCUOUS, ("tq_step_get", -1): INNOCUOUS, ("tq_queue", 1): INNOCUOUS,
     ("tq_queue", 2): DIRECTONLY, ("tq_queue", -1): DIRECTONLY,
@@ -53,12 +53,13 @@ READ_CALLS = [
 ]
 READ_TABLES = ["tq_watch(0)", "tq_watch(0, 'q')", "tq_jobs", "tq_stats()", "tq_stats('q')", "tq_schedules",
                "tq_steps('held')", "tq_jobs WHERE queue = 'q' AND state = 'waiting' AND after = 'held'",
-               "tq_watch WHERE job = 'held'"]
+               "tq_watch WHERE job = 'held'", "tq_deps('after-held')"]
 
 
 @pytest.fixture
 def store(db):
-    """A store with a running job 'held' (attempt 1), a waiting job 'waits', a failed job."""
+    """A store with a running job 'held' (attempt 1), a waiting job 'waits', a failed job, and
+    'after-held' (another queue), blocked on 'held'."""
     one(db, "SELECT tq_queue('q', '{\"lease\": \"1h\"}')")
     one(db, "SELECT tq_add('q', '{}', '{\"id\": \"failed\", \"priority\": 9}')")
     (f,) = claim(db, "q", "w0", 1)
@@ -69,6 +70,7 @@ def store(db):
     assert one(db, "SELECT tq_step_put('held', 1, 'draft', 'x')") == "x"
     one(db, "SELECT tq_add('q', '{}', '{\"id\": \"waits\"}')")
     one(db, "SELECT tq_schedule('kept', 'other', '@daily', '{}')")
+    one(db, "SELECT tq_add('later', '{}', '{\"id\": \"after-held\", \"after\": [\"held\"]}')")
     db.execute("CREATE TABLE rows (x)")
     return db
 
@@ -136,13 +138,16 @@ def test_SEC_01_directonly_functions_still_work_when_called_directly(store):
 
 
 @pytest.mark.parametrize("fn,expr", [("tq_add", "tq_add('q', NEW.x, json_object('id', 'trig:' || NEW.x))"),
-                                     ("tq_cancel", "tq_cancel('waits')")])
+                                     ("tq_cancel", "tq_cancel('waits')"),
+                                     ("tq_signal", "tq_signal('sig:' || NEW.x)")])
 def test_SEC_01_trigger_calling_tq_add_or_cancel_needs_trusted_schema(store, fn, expr):
     store.execute(f"CREATE TRIGGER t AFTER INSERT ON rows BEGIN SELECT {expr}; END")
     trusted(store, True)
     store.execute("INSERT INTO rows VALUES ('1')")
     if fn == "tq_add":
         assert get(store, "trig:1")["state"] == "waiting"
+    elif fn == "tq_signal":
+        assert one(store, "SELECT count(*) FROM tinyq_signals WHERE name = 'sig:1'") == 1
     else:
         assert get(store, "waits") is None
     trusted(store, False)
