@@ -87,8 +87,8 @@ class Run {
    * (blocked), at most `timeout` (a duration; omitted: for ever), then null. */
   async waitSignal(name, timeout) {
     const [payloadStep, untilStep] = waits.signalSteps(name);
-    const kept = one(this.db, 'SELECT tq_step_get(?, ?)', this.id, payloadStep);
-    if (kept !== null) return decode(kept);
+    const [kept] = rows(this.db, waits.STEP_ROW, this.id, payloadStep);
+    if (kept) return decode(kept.value);
     const now = one(this.db, waits.NOW);
     const until = await this.step(untilStep, () => (timeout == null ? null : now + waits.durationMs(timeout, 'waitSignal')));
     const outcome = waits.signalWait(name, until, now);

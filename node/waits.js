@@ -9,6 +9,9 @@ const JOBS_OF = 'SELECT value AS id, tq_get(value) AS job FROM json_each(?)';
 // The ids a job waits or waited for: tells a cancelled dependency from an unknown id.
 const DEPS_OF = 'SELECT id FROM tq_deps(?)';
 const NOW = 'SELECT tq_now()';
+// A step as a row: a signal sent without a payload keeps the step with a NULL value, which
+// tq_step_get cannot tell from no step at all (a timeout).
+const STEP_ROW = 'SELECT value FROM tq_steps(?) WHERE name = ?';
 
 const UNITS_MS = { ms: 1, s: 1000, m: 60000, h: 3600000, d: 86400000 };
 
@@ -64,4 +67,4 @@ function sleepStep(name) {
   return `sleep:${name}`;
 }
 
-module.exports = { JOBS_OF, DEPS_OF, NOW, durationMs, waitIds, afterResults, signalSteps, signalWait, sleepStep };
+module.exports = { JOBS_OF, DEPS_OF, NOW, STEP_ROW, durationMs, waitIds, afterResults, signalSteps, signalWait, sleepStep };

@@ -162,6 +162,23 @@ def test_a_signal_sent_before_the_wait_returns_at_once(wf, helper):
 
 
 @pytest.mark.parametrize("helper", HELPERS)
+def test_a_signal_without_payload_from_sql_ends_the_wait_with_none(wf, helper):
+    """tq_signal(name) from SQL (a trigger, the shell) keeps a NULL payload: the wait must end
+    all the same, not come back to wait again."""
+    queue, log, events = wf
+    queue.add({"kind": "approval", "signal": "approve:6", "timeout": "7d"}, id="ticket-6")
+    worker = workers(helper, queue, log)
+    try:
+        wait_for(lambda: state(queue, "ticket-6") == "blocked", "the job to wait")
+        assert one(queue.conn, "SELECT tq_signal('approve:6')") == 1
+        wait_for(lambda: state(queue, "ticket-6") == "done", "the signal to finish the job")
+    finally:
+        worker.stop()
+    assert queue.get("ticket-6")["result"] == {"draft": "a draft", "approval": None}
+    assert len(events("start")) == 2 and len(events("sent")) == 1
+
+
+@pytest.mark.parametrize("helper", HELPERS)
 def test_wait_signal_returns_none_after_its_timeout(wf, helper):
     queue, log, events = wf
     queue.add({"kind": "approval", "signal": "approve:3", "timeout": "200ms"}, id="ticket-3")

@@ -36,7 +36,7 @@ from ._protocol import (PROGRESS, STEP_GET, STEP_PUT, WAITER_JOIN_S, check_work_
                         wait_for_work, worker_name)
 from ._queue import Queue
 from ._sql import _decode, _encode, _one, _rows
-from ._waits import (DEPS_OF, JOBS_OF, NOW, after_results, duration_ms, signal_steps, signal_wait, sleep_step,
+from ._waits import (DEPS_OF, JOBS_OF, NOW, STEP_ROW, after_results, duration_ms, signal_steps, signal_wait, sleep_step,
                      sleep_until, wait_ids)
 
 log = logging.getLogger("tinyq")
@@ -116,9 +116,9 @@ class AsyncRun(RunBase):
     async def wait_signal(self, name: str, timeout: Any = None) -> Any:
         """The payload of the signal `name`, or None after `timeout` (as Run.wait_signal)."""
         payload_step, until_step = signal_steps(name)
-        kept = await self._db.call(_one, STEP_GET, self.id, payload_step)
-        if kept is not None:
-            return _decode(kept)
+        kept = await self._db.call(_rows, STEP_ROW, self.id, payload_step)
+        if kept:
+            return _decode(kept[0][0])
         now = await self._db.call(_one, NOW)
         until = await self.step(until_step, lambda: None if timeout is None else now + duration_ms(timeout, "wait_signal"))
         return signal_wait(name, until, now)

@@ -17,6 +17,9 @@ JOBS_OF = "SELECT value, tq_get(value) FROM json_each(?)"
 # The ids a job waits or waited for (tq_deps): tells a cancelled dependency from an unknown id.
 DEPS_OF = "SELECT id FROM tq_deps(?)"
 NOW = "SELECT tq_now()"
+# A step as a row: a signal sent without a payload keeps the step with a NULL value, which
+# tq_step_get cannot tell from no step at all (a timeout).
+STEP_ROW = "SELECT value FROM tq_steps(?) WHERE name = ?"
 
 FINISHED = ("done", "failed")
 UNITS_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}

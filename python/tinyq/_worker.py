@@ -17,7 +17,7 @@ from ._protocol import (PROGRESS, STEP_GET, STEP_PUT, WAITER_JOIN_S, check_work_
                         renew_soon, renewed, result_outcome, schedule_renewal, settle_and_claim, stop_on_signals,
                         wait_for_work, worker_name)
 from ._sql import _decode, _encode, _one, _rows
-from ._waits import (DEPS_OF, JOBS_OF, NOW, after_results, duration_ms, signal_steps, signal_wait, sleep_step,
+from ._waits import (DEPS_OF, JOBS_OF, NOW, STEP_ROW, after_results, duration_ms, signal_steps, signal_wait, sleep_step,
                      sleep_until, wait_ids)
 
 log = logging.getLogger("tinyq")
@@ -78,9 +78,9 @@ class Run(RunBase):
         """The payload of the signal `name` (tq_signal); until it comes the job waits for it
         (blocked), at most `timeout` (a duration; None: for ever), then None."""
         payload_step, until_step = signal_steps(name)
-        kept = _one(self.conn, STEP_GET, self.id, payload_step)
-        if kept is not None:
-            return _decode(kept)
+        kept = _rows(self.conn, STEP_ROW, self.id, payload_step)
+        if kept:
+            return _decode(kept[0][0])
         now = _one(self.conn, NOW)
         until = self.step(until_step, lambda: None if timeout is None else now + duration_ms(timeout, "wait_signal"))
         return signal_wait(name, until, now)
