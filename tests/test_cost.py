@@ -1,4 +1,4 @@
-"""COST-01: the work of a claim, a settle, tq_get and tq_stats does not grow with the store.
+"""COST-01: the work of a claim, a settle, tq_get, tq_stats and tq_signal does not grow with the store.
 
 Work is what SQLite counts for tinyq's own statements (sqlite3_stmt_status: virtual
 machine steps, full-scan steps, sorts), summed over every statement tinyq ran, as the
@@ -200,6 +200,84 @@ def stats(tmp_path, n):
     return db, lambda: [("SELECT * FROM tq_stats('s')", ())] * ROUNDS
 
 
+def blocked_after(tmp_path, n):
+    """n jobs blocked on one job that never finishes (DEP-01), beside the line claimed."""
+    db = store(tmp_path, f"after{n}")
+    one(db, "SELECT tq_add('roots', '{}', '{\"id\": \"root\"}')")
+    fill(db, n, "p", "'{\"after\": [\"root\"]}'")
+    fill(db, 100, "p")
+    assert one(db, "SELECT blocked FROM tq_stats('p')") == n
+    return db
+
+
+def blocked_on_signals(tmp_path, n):
+    """n jobs blocked each on a signal of its own with a timeout a day ahead (SIG-01): the
+    claim's probe for timeouts seeks past them."""
+    db = store(tmp_path, f"signals{n}")
+    fill(db, n, "p")
+    while True:
+        got = db.execute("SELECT id, attempt FROM tq_claim('p', 'w', 1000)").fetchall()
+        if not got:
+            break
+        db.execute("BEGIN IMMEDIATE")
+        for jid, attempt in got:
+            db.execute("SELECT tq_settle(?, ?, 'wait', json_object('signal', 'sig-' || ?, 'timeout', '1d'))",
+                       (jid, attempt, jid))
+        db.execute("COMMIT")
+    fill(db, 100, "p")
+    assert one(db, "SELECT blocked FROM tq_stats('p')") == n
+    return db
+
+
+def claim_beside_blocked(tmp_path, n):
+    return blocked_after(tmp_path, n), claim_settle("p", "{}")
+
+
+def claim_beside_signal_waits(tmp_path, n):
+    return blocked_on_signals(tmp_path, n), claim_settle("p", "{}")
+
+
+def settle_unblocking_ten(tmp_path, n):
+    """A settle whose job has 10 dependents (DEP-01) pays for those 10, beside n blocked jobs."""
+    db = blocked_after(tmp_path, n)
+    k = [0]
+
+    def calls():
+        for _ in range(ROUNDS):
+            k[0] += 1
+            yield "SELECT tq_add('fan', '{}', json_object('id', 'fan-' || ?))", (k[0],)
+            yield ("SELECT count(tq_add('fan-in', '{}', json_object('after', json_array('fan-' || ?)))) "
+                   "FROM (SELECT 1 FROM tinyq_meta LIMIT 1) CROSS JOIN (SELECT 1 UNION ALL SELECT 2 UNION ALL SELECT 3 "
+                   "UNION ALL SELECT 4 UNION ALL SELECT 5 UNION ALL SELECT 6 UNION ALL SELECT 7 UNION ALL SELECT 8 "
+                   "UNION ALL SELECT 9 UNION ALL SELECT 10)", (k[0],))
+            yield ("SELECT tq_settle(id, attempt, 'done') FROM (SELECT id, attempt FROM tq_claim('fan', 'w', 1))", ())
+        assert one(db, "SELECT waiting FROM tq_stats('fan-in')") == 10 * k[0]
+    return db, calls
+
+
+def signal_beside_waiters(tmp_path, n):
+    """tq_signal waking one job, beside n jobs waiting for other signals."""
+    db = blocked_on_signals(tmp_path, n)
+    names = [r[0] for r in db.execute("SELECT 'sig-' || id FROM tq_jobs WHERE state = 'blocked' LIMIT ?", (2 * ROUNDS,))]
+
+    def calls():
+        for _ in range(ROUNDS):
+            yield "SELECT tq_signal(?)", (names.pop(),)
+        assert one(db, "SELECT waiting FROM tq_stats('p')") >= ROUNDS
+    return db, calls
+
+
+def get_blocked(tmp_path, n):
+    db = blocked_after(tmp_path, n)
+    one(db, "SELECT tq_add('p', '{}', '{\"id\": \"me\", \"after\": [\"root\"]}')")
+    assert one(db, "SELECT tq_get('me') ->> 'state'") == "blocked"
+    return db, lambda: [("SELECT tq_get('me')", ())] * ROUNDS
+
+
+def stats_blocked(tmp_path, n):
+    return blocked_after(tmp_path, n), lambda: [("SELECT * FROM tq_stats('p')", ())] * ROUNDS
+
+
 CASES = {
     "full_group": full_group,
     "full_group_drains": full_group_drains,
@@ -218,6 +296,12 @@ CASES = {
     "claim_beside_bounded_jobs": bounded,
     "claim_ending_an_expired_job": expiring_each_claim,
     "replace_in_a_long_line": replace_in_line,
+    "claim_beside_blocked_jobs": claim_beside_blocked,
+    "claim_beside_signal_waits": claim_beside_signal_waits,
+    "settle_unblocking_ten_dependents": settle_unblocking_ten,
+    "signal_beside_waiters": signal_beside_waiters,
+    "get_blocked": get_blocked,
+    "stats_beside_blocked_jobs": stats_blocked,
 }
 
 
