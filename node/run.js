@@ -76,9 +76,7 @@ class Run {
   async waitFor(ids) {
     const list = waits.waitIds(ids);
     const found = new Map(rows(this.db, waits.JOBS_OF, JSON.stringify(list)).map((r) => [r.id, r.job]));
-    const gone = [...found.values()].includes(null);
-    const deps = gone ? rows(this.db, waits.DEPS_OF, this.id).map((r) => r.id) : null;
-    const { outcome, results } = waits.afterResults(list, found, deps);
+    const { outcome, results } = waits.afterResults(list, found);
     if (outcome) throw new Outcome(...outcome);
     return results;
   }

@@ -6,8 +6,6 @@
 
 // Each id of a JSON array with its job (tq_get: NULL when there is none).
 const JOBS_OF = 'SELECT value AS id, tq_get(value) AS job FROM json_each(?)';
-// The ids a job waits or waited for: tells a cancelled dependency from an unknown id.
-const DEPS_OF = 'SELECT id FROM tq_deps(?)';
 const NOW = 'SELECT tq_now()';
 // A step as a row: a signal sent without a payload keeps the step with a NULL value, which
 // tq_step_get cannot tell from no step at all (a timeout).
@@ -32,15 +30,14 @@ function waitIds(ids) {
 
 /** The results of `ids` (in order) once all are done; else the outcome that ends the
  * attempt: ['wait', ...] for those not finished, or ['fail', ...] (a dependency's default
- * after_failed) when one failed for good or was cancelled. `found`: id -> tq_get text;
- * `deps`: the job's tq_deps ids (null: not read, every id was found). */
-function afterResults(ids, found, deps) {
+ * after_failed) when one failed for good or is gone (a cancelled job is removed, with its
+ * edges: it cannot be told from an id never added). `found`: id -> tq_get text. */
+function afterResults(ids, found) {
   const jobs = new Map([...found].map(([id, text]) => [id, text === null ? null : JSON.parse(text)]));
   for (const id of ids) {
     const job = jobs.get(id);
-    if (job === null && !(deps || []).includes(id)) throw new Error(`waitFor: no job ${JSON.stringify(id)}`);
-    if (job === null) return { outcome: ['fail', `dependency ${id} was cancelled`] };
-    if (job.state === 'failed') return { outcome: ['fail', `dependency ${id} failed: ${job.error}`] };
+    if (job === null) return { outcome: ['fail', `dependency '${id}' is gone: cancelled, or never added`] };
+    if (job.state === 'failed') return { outcome: ['fail', `dependency '${id}' failed: ${job.error}`] };
   }
   const unfinished = ids.filter((id) => !['done', 'failed'].includes(jobs.get(id).state));
   if (unfinished.length) return { outcome: ['wait', JSON.stringify({ after: unfinished })] };
@@ -67,4 +64,4 @@ function sleepStep(name) {
   return `sleep:${name}`;
 }
 
-module.exports = { JOBS_OF, DEPS_OF, NOW, STEP_ROW, durationMs, waitIds, afterResults, signalSteps, signalWait, sleepStep };
+module.exports = { JOBS_OF, NOW, STEP_ROW, durationMs, waitIds, afterResults, signalSteps, signalWait, sleepStep };

@@ -101,6 +101,21 @@ def test_fan_out_then_wait_for_returns_each_childs_result(wf, helper):
     assert [d["id"] for d in queue.deps("parent")] == ["parent/%d" % n for n in range(5)]
 
 
+@pytest.mark.parametrize("helper", HELPERS)
+def test_a_child_that_fails_for_good_fails_the_parent_waiting_for_it(wf, helper):
+    queue, log, events = wf
+    queue.add({"kind": "parent", "children": 3, "failing": 1}, id="parent")
+    worker = workers(helper, queue, log)
+    try:
+        wait_for(lambda: state(queue, "parent") == "failed", "the parent to fail")
+    finally:
+        worker.stop()
+    job = queue.get("parent")
+    assert job["error"] == "dependency 'parent/1' failed: bad page", job
+    assert len(events("start", "parent")) == 1 and not events("collected")
+    assert [state(queue, "parent/%d" % n) for n in range(3)] == ["done", "failed", "done"]
+
+
 def test_add_after_blocks_a_job_until_its_dependencies_are_done(wf):
     queue, log, events = wf
     first = queue.add({"kind": "plain"}, id="first")
@@ -260,17 +275,17 @@ def test_durations_are_read_as_the_extension_reads_them():
             _waits.duration_ms(bad, "sleep")
 
 
-def test_wait_for_fails_the_job_on_a_failed_or_cancelled_dependency():
+def test_wait_for_fails_the_job_on_a_failed_or_gone_dependency():
     done = json.dumps({"state": "done", "result": 1})
     failed = json.dumps({"state": "failed", "error": "boom"})
     with pytest.raises(tinyq.Outcome) as fail:
-        _waits.after_results(["a", "b"], {"a": done, "b": failed}, None)
-    assert (fail.value.outcome, fail.value.value) == ("fail", "dependency b failed: boom")
-    with pytest.raises(tinyq.Outcome) as cancelled:
-        _waits.after_results(["a", "b"], {"a": done, "b": None}, ["a", "b"])
-    assert cancelled.value.value == "dependency b was cancelled"
-    with pytest.raises(LookupError, match="no job 'b'"):
-        _waits.after_results(["a", "b"], {"a": done, "b": None}, ["a"])
+        _waits.after_results(["a", "b"], {"a": done, "b": failed})
+    assert (fail.value.outcome, fail.value.value) == ("fail", "dependency 'b' failed: boom")
+    with pytest.raises(tinyq.Outcome) as gone:
+        _waits.after_results(["a", "b"], {"a": done, "b": None})
+    assert gone.value.value == "dependency 'b' is gone: cancelled, or never added"
+    assert _waits.after_results(["a", "a"], {"a": done}) == [1, 1]
+    assert _waits.after_results([], {}) == []
 
 
 # -- the fan-out / fan-in of docs/workflows.md, as printed there ------------------------------

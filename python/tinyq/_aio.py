@@ -36,7 +36,7 @@ from ._protocol import (PROGRESS, STEP_GET, STEP_PUT, WAITER_JOIN_S, check_work_
                         wait_for_work, worker_name)
 from ._queue import Queue
 from ._sql import _decode, _encode, _one, _rows
-from ._waits import (DEPS_OF, JOBS_OF, NOW, STEP_ROW, after_results, duration_ms, signal_steps, signal_wait, sleep_step,
+from ._waits import (JOBS_OF, NOW, STEP_ROW, after_results, duration_ms, signal_steps, signal_wait, sleep_step,
                      sleep_until, wait_ids)
 
 log = logging.getLogger("tinyq")
@@ -108,10 +108,7 @@ class AsyncRun(RunBase):
     async def wait_for(self, ids: Any) -> List[Any]:
         """The results of the jobs `ids`, in order, once every one is done (as Run.wait_for)."""
         ids = wait_ids(ids)
-        found = dict(await self._db.call(_rows, JOBS_OF, json.dumps(ids)))
-        gone = any(text is None for text in found.values())
-        deps = [row[0] for row in await self._db.call(_rows, DEPS_OF, self.id)] if gone else None
-        return after_results(ids, found, deps)
+        return after_results(ids, dict(await self._db.call(_rows, JOBS_OF, json.dumps(ids))))
 
     async def wait_signal(self, name: str, timeout: Any = None) -> Any:
         """The payload of the signal `name`, or None after `timeout` (as Run.wait_signal)."""

@@ -14,8 +14,6 @@ from ._context import Outcome
 
 # Each id of a JSON array with its job (tq_get: NULL when there is none).
 JOBS_OF = "SELECT value, tq_get(value) FROM json_each(?)"
-# The ids a job waits or waited for (tq_deps): tells a cancelled dependency from an unknown id.
-DEPS_OF = "SELECT id FROM tq_deps(?)"
 NOW = "SELECT tq_now()"
 # A step as a row: a signal sent without a payload keeps the step with a NULL value, which
 # tq_step_get cannot tell from no step at all (a timeout).
@@ -45,20 +43,18 @@ def wait_ids(ids: Any) -> List[str]:
     return ids
 
 
-def after_results(ids: Sequence[str], found: Dict[str, Optional[str]], deps: Optional[List[str]]) -> List[Any]:
+def after_results(ids: Sequence[str], found: Dict[str, Optional[str]]) -> List[Any]:
     """The results of `ids` (in order) once all are done; else the attempt ends: 'wait' for
     those not finished, or 'fail' (as a dependency's default after_failed) when one failed for
-    good or was cancelled. `found` is each id's tq_get text; `deps` the job's tq_deps ids
-    (None: not read, since every id was found)."""
+    good or is gone (a cancelled job is removed, with its edges: it cannot be told from an id
+    never added). `found` is each id's tq_get text."""
     jobs = {i: None if text is None else json.loads(text) for i, text in found.items()}
     for i in ids:
         job = jobs[i]
-        if job is None and i not in (deps or ()):
-            raise LookupError("wait_for: no job %r" % (i,))
         if job is None:
-            raise Outcome("fail", "dependency %s was cancelled" % (i,))
+            raise Outcome("fail", "dependency %r is gone: cancelled, or never added" % (i,))
         if job["state"] == "failed":
-            raise Outcome("fail", "dependency %s failed: %s" % (i, job.get("error")))
+            raise Outcome("fail", "dependency %r failed: %s" % (i, job.get("error")))
     unfinished = [i for i in ids if jobs[i]["state"] not in FINISHED]
     if unfinished:
         raise Outcome("wait", json.dumps({"after": unfinished}))

@@ -17,7 +17,7 @@ from ._protocol import (PROGRESS, STEP_GET, STEP_PUT, WAITER_JOIN_S, check_work_
                         renew_soon, renewed, result_outcome, schedule_renewal, settle_and_claim, stop_on_signals,
                         wait_for_work, worker_name)
 from ._sql import _decode, _encode, _one, _rows
-from ._waits import (DEPS_OF, JOBS_OF, NOW, STEP_ROW, after_results, duration_ms, signal_steps, signal_wait, sleep_step,
+from ._waits import (JOBS_OF, NOW, STEP_ROW, after_results, duration_ms, signal_steps, signal_wait, sleep_step,
                      sleep_until, wait_ids)
 
 log = logging.getLogger("tinyq")
@@ -69,10 +69,7 @@ class Run(RunBase):
         job waits for them (blocked) and runs again when they have finished. One that failed
         for good or was cancelled fails this job, its error naming it."""
         ids = wait_ids(ids)
-        found = dict(_rows(self.conn, JOBS_OF, json.dumps(ids)))
-        gone = any(text is None for text in found.values())
-        deps = [row[0] for row in _rows(self.conn, DEPS_OF, self.id)] if gone else None
-        return after_results(ids, found, deps)
+        return after_results(ids, dict(_rows(self.conn, JOBS_OF, json.dumps(ids))))
 
     def wait_signal(self, name: str, timeout: Any = None) -> Any:
         """The payload of the signal `name` (tq_signal); until it comes the job waits for it

@@ -15,11 +15,12 @@ async function handler(payload, run) {
   note('start', run);
   switch (payload.kind) {
     case 'child':
+      if (payload.fail) run.fail('bad page');
       return payload.n * 10;
     case 'parent': {
       // ids made from the parent's own, so that a replay adds nothing
       const ids = Array.from({ length: payload.children }, (_, n) => `${run.id}/${n}`);
-      new tinyq.Queue(run.db, 'wf').addMany(ids.map((_, n) => ({ kind: 'child', n })), { ids });
+      new tinyq.Queue(run.db, 'wf').addMany(ids.map((_, n) => ({ kind: 'child', n, fail: n === payload.failing })), { ids });
       const results = await run.waitFor(ids);
       note('collected', run);
       return { results };

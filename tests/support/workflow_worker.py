@@ -24,13 +24,15 @@ def note(event, run):
 def children(payload, run):
     """A parent's children: ids made from its own, so that a replay adds nothing."""
     ids = ["%s/%d" % (run.id, n) for n in range(payload["children"])]
-    return ids, [{"kind": "child", "n": n} for n in range(len(ids))]
+    return ids, [{"kind": "child", "n": n, "fail": n == payload.get("failing")} for n in range(len(ids))]
 
 
 def handle(payload, run):
     note("start", run)
     kind = payload["kind"]
     if kind == "child":
+        if payload["fail"]:
+            run.fail("bad page")
         return payload["n"] * 10
     if kind == "parent":
         ids, payloads = children(payload, run)
@@ -54,6 +56,8 @@ async def handle_async(payload, run, adder):
     note("start", run)
     kind = payload["kind"]
     if kind == "child":
+        if payload["fail"]:
+            run.fail("bad page")
         return payload["n"] * 10
     if kind == "parent":
         ids, payloads = children(payload, run)
