@@ -47,6 +47,8 @@ def threads(db, log, spec):
         record(log, run)
         if handler_spec.get("sleep_ms"):
             time.sleep(handler_spec["sleep_ms"] / 1000.0)
+        if handler_spec.get("durable_sleep_ms"):
+            run.sleep("nap", handler_spec["durable_sleep_ms"])
         return result_of(handler_spec)
     return tinyq.Queue(db, "q").work(handler, **work_options(spec))
 
@@ -58,6 +60,8 @@ def asyncio_(db, log, spec):
         record(log, run)
         if handler_spec.get("sleep_ms"):
             await asyncio.sleep(handler_spec["sleep_ms"] / 1000.0)
+        if handler_spec.get("durable_sleep_ms"):
+            await run.sleep("nap", handler_spec["durable_sleep_ms"])
         return result_of(handler_spec)
     return asyncio.run(tinyq.AsyncQueue(db, "q").work(handler, **work_options(spec)))
 
