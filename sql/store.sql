@@ -409,7 +409,7 @@ CREATE INDEX tinyq_schedules_due ON tinyq_schedules (queue, next_at) WHERE pause
 -- Dependencies: `job` waits or waited for `dep` (both tinyq_jobs.seq). By `dep`, the settle
 -- that finishes a job finds its dependents; by `job`, tq_deps lists a job's dependencies.
 -- `resolved` is 1 once `dep` finished and `job` took it into account (each edge once, even
--- if `dep` is retried and finishes again).
+-- if `dep` is retried and finishes again), 2 once `job` finished too and let `dep` go.
 CREATE TABLE tinyq_deps (
   dep      INTEGER NOT NULL,
   job      INTEGER NOT NULL,

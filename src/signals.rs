@@ -92,9 +92,9 @@ pub(crate) use timed_out;
 pub fn end_timeouts(conn: &Conn, q: &Settings, now: i64) -> Result<i64> {
     conn.exec(
         "UPDATE tinyq_jobs INDEXED BY tinyq_jobs_timeout SET status = 'queued', signal = NULL, changed_at = run_at,
-             note = '{\"timeout\":true}', parked = (?3 AND grp IS NOT NULL)
+             note = ?4, parked = (?3 AND grp IS NOT NULL)
          WHERE status = 'blocked' AND signal IS NOT NULL AND queue = ?1 AND run_at <= ?2",
-        &[&q.name, &now, &q.has_group_limits()],
+        &[&q.name, &now, &q.has_group_limits(), &r#"{"timeout":true}"#],
     )
 }
 

@@ -124,12 +124,13 @@ pub enum End {
 /// caller applies their `after_failed` with `settle_failed` once the job is blocked).
 pub fn link(conn: &Conn, seq: i64, deps: &[Dep]) -> Result<i64> {
     let seqs = serde_json::to_string(&deps.iter().map(|d| d.seq).collect::<Vec<_>>()).expect("integers");
-    // Each new edge holds its dependency (a finished one is kept from now on: no window).
+    // Each new edge (or one released by an earlier finish of this job: tq_retry) holds its
+    // dependency; a finished one is kept from now on (no window).
     conn.exec(
         "UPDATE tinyq_jobs SET held = coalesce(held, 0) + 1, linked = 1,
              expires_at = CASE WHEN status = 'done' OR status = 'failed' THEN NULL ELSE expires_at END
          WHERE seq IN (SELECT value FROM json_each(?1))
-           AND NOT EXISTS (SELECT 1 FROM tinyq_deps WHERE dep = tinyq_jobs.seq AND job = ?2)",
+           AND NOT EXISTS (SELECT 1 FROM tinyq_deps WHERE dep = tinyq_jobs.seq AND job = ?2 AND resolved IS NOT 2)",
         &[&seqs, &seq],
     )?;
     conn.exec(
@@ -181,19 +182,25 @@ fn drain(conn: &Conn, mut work: Vec<(i64, End)>, now: i64) -> Result<()> {
     Ok(())
 }
 
-/// The dependencies of a job that finished each lose one holder; the last one to go gives
-/// a finished dependency its window back (from its settle time, never before now).
+/// The dependencies of a job that finished each lose one holder (once per edge: the edge is
+/// marked released, 2, so a job retried and finished again releases nothing twice); the last
+/// one to go gives a finished dependency its window back (from its settle time, never
+/// before now).
 fn release(conn: &Conn, seq: i64, now: i64) -> Result<i64> {
-    conn.exec(
+    let n = conn.exec(
         "UPDATE tinyq_jobs SET held = nullif(held - 1, 0),
              expires_at = CASE WHEN held = 1 AND (status = 'done' OR status = 'failed') THEN
                  max(?2, settled_at + coalesce((SELECT CASE tinyq_jobs.status WHEN 'done' THEN dedupe ELSE keep END
                                                 FROM tinyq_queues WHERE name = tinyq_jobs.queue),
                                                CASE status WHEN 'done' THEN ?3 ELSE ?4 END))
                ELSE expires_at END
-         WHERE seq IN (SELECT dep FROM tinyq_deps WHERE job = ?1) AND held > 0",
+         WHERE seq IN (SELECT dep FROM tinyq_deps WHERE job = ?1 AND resolved IS NOT 2) AND held > 0",
         &[&seq, &now, &settings::DEFAULT_DEDUPE, &settings::DEFAULT_KEEP],
-    )
+    )?;
+    if n > 0 {
+        conn.exec("UPDATE tinyq_deps SET resolved = 2 WHERE job = ?1 AND resolved IS NOT 2", &[&seq])?;
+    }
+    Ok(n)
 }
 
 /// One dependent `job` learns that its dependency `dep` finished as `how`.

@@ -299,3 +299,68 @@ def test_DEP_01_four_processes_settling_a_fan_in_wake_it_exactly_once(db, db_pat
     states = [e["state"] for e in watch(db) if e["id"] == "parent"]
     assert states == ["blocked", "waiting"]  # woken exactly once
     assert [r["id"] for r in claim(db, "parent", "w", 5)] == ["parent"]
+
+
+def test_DEP_01_a_retried_dependent_lets_its_dependency_go_once(db):
+    setq(db, "q", dedupe="1s")
+    pin(db, NOW)
+    add(db, "q", "{}", id="a")
+    add(db, "w", "{}", id="b", after=["a"])
+    add(db, "w", "{}", id="c", after=["a"])
+    run(db, "q", "a")
+    run(db, "w", "b", "fail", "no")
+    assert one(db, "SELECT tq_retry('b')") == 1
+    (row,) = claim(db, "w", "w", 1)
+    assert row["id"] == "b"
+    settle(db, "b", row["attempt"])
+    pin(db, NOW + 10_000)
+    sweep(db)
+    assert get(db, "a")["state"] == "done"  # c still holds it
+    run(db, "w", "c")
+    pin(db, NOW + 20_000)
+    sweep(db)
+    assert get(db, "a") is None
+
+
+def workflow_scenario(db, t0):
+    """Fan-out, fan-in, a wait for children, a signal and a timeout, with generated ids."""
+    out = []
+
+    def val(sql, *args):
+        try:
+            row = db.execute(sql, args).fetchone()
+            out.append(row)
+            return None if row is None else row[0]
+        except sqlite3.Error as e:
+            out.append(str(e))
+            return None
+    val("SELECT tq_clock(?)", t0)
+    kids = [val("SELECT tq_add('kids', ?)", json.dumps({"k": k})) for k in range(6)]
+    val("SELECT tq_add('fan', '{}', ?)", json.dumps({"after": kids, "after_failed": "run"}))
+    val("SELECT tq_add('fan', '{}', ?)", json.dumps({"after": kids[:2]}))
+    val("SELECT tq_add('fan', '{}', ?)", json.dumps({"after": ["missing"]}))  # an error, on both
+    parent = val("SELECT tq_add('parents', '{}')")
+    attempt = val("SELECT attempt FROM tq_claim('parents', 'w', 1)")
+    val("SELECT tq_settle(?, ?, 'wait', ?)", parent, attempt, json.dumps({"after": kids[3:]}))
+    for i, (jid, att) in enumerate(db.execute("SELECT id, attempt FROM tq_claim('kids', 'w', 6)").fetchall()):
+        val("SELECT tq_settle(?, ?, ?, ?)", jid, att, "fail" if i == 1 else "done", "no" if i == 1 else None)
+    for jid, att in db.execute("SELECT id, attempt FROM tq_claim('parents', 'w', 5)").fetchall():
+        val("SELECT tq_settle(?, ?, 'wait', '{\"signal\": \"go\", \"timeout\": \"1m\"}')", jid, att)
+    waiter = val("SELECT tq_add('sig', '{}')")
+    att = val("SELECT attempt FROM tq_claim('sig', 'w', 1)")
+    val("SELECT tq_settle(?, ?, 'wait', '{\"signal\": \"never\", \"timeout\": \"10s\"}')", waiter, att)
+    val("SELECT tq_signal('go', '\"yes\"')")
+    val("SELECT tq_clock(?)", t0 + 10_000)
+    val("SELECT count(*) FROM tq_claim('sig', 'w', 5)")
+    val("SELECT count(*) FROM tq_claim('fan', 'w', 5)")
+    return out
+
+
+def test_REP_01_workflows_replay_identically(tmp_path):
+    a, b = connect(str(tmp_path / "a.db")), connect(str(tmp_path / "b.db"))
+    out_a, out_b = workflow_scenario(a, NOW), workflow_scenario(b, NOW)
+    assert out_a == out_b
+    assert any(isinstance(o, str) for o in out_a)  # the error is part of the replay
+    snap_a, snap_b = snapshot(a), snapshot(b)
+    assert snap_a["tinyq_deps"] and snap_a["tinyq_signals"]
+    assert snap_a == snap_b

@@ -44,6 +44,10 @@ ALLOWED = [
      "tinyq_queues has one row per queue; tq_stats and the sweep list them all"),
     ("WHERE seq IN (SELECT value FROM json_each(?1))", "SCAN json_each VIRTUAL TABLE",
      "the claim's own list of picked jobs (at most n), each then found by its primary key"),
+    ("FROM json_each(?1) e JOIN tinyq_jobs j ON j.seq = e.value", "SCAN e VIRTUAL TABLE",
+     "a job's own list of dependencies (`after`, or a 'wait' for jobs), each then found by its key"),
+    ("FROM json_each(?1) e LEFT JOIN tinyq_jobs j ON j.id = e.value", "SCAN e VIRTUAL TABLE",
+     "the ids a job waits for, as given (`after`, or a 'wait' for jobs), each then found by its id"),
     ("FROM tinyq_steps s JOIN tinyq_jobs j ON s.job = j.seq", "USE TEMP B-TREE FOR ORDER BY",
      "tq_steps(id) sorts the steps of one job by time: as many as that job kept, never the store"),
     ("FROM tinyq_schedules ORDER BY name", "SCAN tinyq_schedules",
@@ -115,6 +119,69 @@ def with_schedules(conn, step):
             raise
 
 
+def settle_next(conn, queue, outcome="done", value=None):
+    (job,) = claim(conn, queue, "wf", 1)
+    one(conn, "SELECT tq_settle(?, ?, ?, ?)", job["id"], job["attempt"], outcome, value)
+    return job
+
+
+def with_workflows(conn):
+    """Every path of workflows (DEP-01, SIG-01): after, 'wait', signals, timeouts, ends."""
+    setq(conn, "wf", dedupe="1s", keep="1s")
+    setq(conn, "wg", group_concurrency=1)
+    add(conn, "wf", "{}", id="wf-a")
+    add(conn, "wf", "{}", id="wf-b", expires="1s")
+    add(conn, "wg", "{}", id="wf-c", group="g", after=["wf-a", "wf-b"], after_failed="run")
+    add(conn, "wg", "{}", id="wf-d", after=["wf-c"])
+    add(conn, "wg", "{}", id="wf-e", after=["wf-c"], after_failed="cancel")
+    add(conn, "wg", "{}", id="wf-c", on_conflict="replace", after=["wf-a"])
+    one(conn, "SELECT tq_get('wf-c')")
+    conn.execute("SELECT * FROM tq_deps('wf-c')").fetchall()
+    conn.execute("SELECT * FROM tq_jobs WHERE queue = 'wg' AND state = 'blocked'").fetchall()
+    settle_next(conn, "wf")                      # wf-a done: wf-c counts it off
+    one(conn, "SELECT tq_clock(tq_now() + 1000)")
+    claim(conn, "wf", "wf", 1)                   # wf-b expires: wf-c runs anyway
+    settle_next(conn, "wg", "fail", "no")        # wf-c fails: wf-d fails, wf-e is cancelled
+    add(conn, "wg", "{}", id="wf-f", after=["wf-c"])  # a failed dependency at once
+    one(conn, "SELECT tq_retry('wf-c')")
+    settle_next(conn, "wg")
+    add(conn, "wg", "{}", id="wf-g", after=["wf-c"])  # a done dependency: due at once
+    add(conn, "wf", "{}", id="wf-h")
+    add(conn, "wg", "{}", id="wf-i", after=["wf-h"])
+    one(conn, "SELECT tq_cancel('wf-h')")
+    # A running job waits for jobs, then for signals.
+    add(conn, "wf", "{}", id="wf-p")
+    (p,) = claim(conn, "wf", "wf", 1)
+    add(conn, "wf", "{}", id="wf-k")
+    for value in ({"after": ["wf-p"]}, {"after": ["wf-c"]}):
+        try:
+            one(conn, "SELECT tq_settle('wf-p', ?, 'wait', ?)", p["attempt"], json.dumps(value))
+        except sqlite3.Error:
+            pass
+    one(conn, "SELECT tq_settle('wf-p', ?, 'wait', '{\"after\": [\"wf-g\"]}')", p["attempt"])
+    settle_next(conn, "wg")  # wf-g, then wf-p waits for wf-k, then for signals
+    (p,) = claim(conn, "wf", "wf", 1)
+    one(conn, "SELECT tq_settle('wf-p', ?, 'wait', '{\"after\": [\"wf-k\", \"wf-f\"]}')", p["attempt"])
+    (k,) = claim(conn, "wf", "wf", 1)
+    one(conn, "SELECT tq_settle(?, ?, 'done')", k["id"], k["attempt"])
+    one(conn, "SELECT tq_signal('wf-sent', '1', '{\"keep\": \"1s\"}')")
+    one(conn, "SELECT tq_signal('wf-sent', '2')")
+    add(conn, "wf", "{}", id="wf-s")
+    (s_,) = claim(conn, "wf", "wf", 1)
+    one(conn, "SELECT tq_settle('wf-s', ?, 'wait', '{\"signal\": \"wf-sent\"}')", s_["attempt"])
+    (s_,) = claim(conn, "wf", "wf", 1)
+    one(conn, "SELECT tq_settle('wf-s', ?, 'wait', '{\"signal\": \"wf-later\", \"timeout\": \"1s\"}')", s_["attempt"])
+    one(conn, "SELECT tq_get('wf-s')")
+    one(conn, "SELECT tq_wait('wf', 0)")
+    one(conn, "SELECT tq_signal('wf-later', '3')")
+    (s_,) = claim(conn, "wf", "wf", 1)
+    one(conn, "SELECT tq_settle('wf-s', ?, 'wait', '{\"signal\": \"wf-never\", \"timeout\": \"1s\"}')", s_["attempt"])
+    one(conn, "SELECT tq_clock(tq_now() + 2000)")
+    one(conn, "SELECT tq_wait('wf', 0)")
+    for job in claim(conn, "wf", "wf", 10):
+        one(conn, "SELECT tq_settle(?, ?, 'done')", job["id"], job["attempt"])
+
+
 def from_an_old_store(path):
     """The file starts as a store of the previous schema, with a job and a cancel tombstone,
     written without tinyq: the workload's first write migrates it, through tinyq's own part
@@ -139,6 +206,7 @@ def workload(conn, path):
          group_concurrency=2, group_rate="50/1m", dedupe="1h", keep="1h")
     setq(conn, "plain")
     with_schedules(conn, "make")
+    with_workflows(conn)
     # A group at its limit: its next job waits set aside until a place frees.
     for _ in range(3):
         add(conn, "q", "{}", group="full", priority=9)

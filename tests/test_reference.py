@@ -27,6 +27,7 @@ INNOCUOUS = 0x200000
 SCALARS = {
     ("tq_add", -1): "trigger-callable",
     ("tq_cancel", -1): "trigger-callable",
+    ("tq_signal", -1): "trigger-callable",
     ("tq_get", -1): "innocuous",
     ("tq_retry", -1): "directonly",
     ("tq_renew", -1): "directonly",
@@ -55,6 +56,7 @@ TABLES = {
     "tq_stats": "innocuous",
     "tq_schedules": "innocuous",
     "tq_steps": "innocuous",
+    "tq_deps": "innocuous",
     "tq_statements": "innocuous",
 }
 
