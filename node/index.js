@@ -104,7 +104,7 @@ class Queue {
     return woken;
   }
 
-  /** Remove a scheduled, waiting or running job; false when there was nothing to cancel. */
+  /** Remove a scheduled, waiting, blocked or running job; false when there was nothing to cancel. */
   cancel(id) {
     return one(this.db, 'SELECT tq_cancel(?)', id) === 1;
   }

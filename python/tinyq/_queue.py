@@ -107,7 +107,7 @@ class Queue(Schedules):
         return _one(self.conn, "SELECT tq_signal(%s)" % ", ".join("?" * len(args)), *args)
 
     def cancel(self, id: str) -> bool:
-        """Remove a scheduled, waiting or running job; False when there was nothing to cancel."""
+        """Remove a scheduled, waiting, blocked or running job; False when there was nothing to cancel."""
         return bool(_one(self.conn, "SELECT tq_cancel(?)", id))
 
     def retry(self, id: str) -> bool:
