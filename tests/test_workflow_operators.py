@@ -57,6 +57,9 @@ def test_stats_and_jobs_count_and_list_blocked_jobs(flow):
     listed = tinyq("jobs", flow, "--state", "blocked")
     assert listed.returncode == 0, listed.stderr
     assert sorted(line.split()[0] for line in listed.stdout.splitlines()[1:]) == ["digest", "ticket-1"]
+    page = tinyq("jobs", flow, "--queue", "reports", "--state", "blocked")     # one page of a list
+    assert page.returncode == 0, page.stderr
+    assert [line.split()[:3] for line in page.stdout.splitlines()[1:]] == [["digest", "reports", "blocked"]]
 
 
 def test_get_shows_what_a_job_waits_for_and_what_waits_for_it(flow):
