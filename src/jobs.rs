@@ -85,8 +85,10 @@ fn parse_add(args: &[Val]) -> Result<NewJob> {
     if args.len() < 2 || args.len() > 3 {
         bail!("expects (queue, payload [, options])");
     }
-    let opts =
-        Options::parse(args.get(2), &[&["id", "at", "delay"], JOB_OPTIONS, expiry::OPTIONS, keys::OPTIONS, workflows::OPTIONS].concat())?;
+    let opts = Options::parse(
+        args.get(2),
+        &[&["id", "at", "delay"], JOB_OPTIONS, expiry::OPTIONS, keys::OPTIONS, workflows::OPTIONS].concat(),
+    )?;
     let JobOptions { priority, group, attempts, meta } = job_options(&opts)?;
     let mut job = NewJob {
         queue: options::name("queue", &args[0])?,

@@ -78,14 +78,9 @@ pub fn apply(conn: &Conn, job: &Held, q: &Settings, outcome: Outcome, now: i64) 
             let delay = delay.unwrap_or_else(backoff);
             wait_again(job.tries, now + delay, None, Val::Int(delay))
         }
-        Outcome::Retry(_) => fail(
-            conn,
-            job,
-            &format!("retried on attempt {} of {budget}: no attempts left", job.tries),
-            q,
-            now,
-            false,
-        ),
+        Outcome::Retry(_) => {
+            fail(conn, job, &format!("retried on attempt {} of {budget}: no attempts left", job.tries), q, now, false)
+        }
         Outcome::Snooze(delay) => wait_again(job.tries - 1, now + delay, None, Val::Int(delay)),
         Outcome::Wait(wait) => waits::begin(conn, job, q, &wait, now),
         Outcome::LeaseExpired { died } => {

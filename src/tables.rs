@@ -182,7 +182,8 @@ impl TableFn for Jobs {
         }
         // A queue's blocked jobs have no index of their own in claim order: they are listed
         // by the walk below, in add order.
-        if let (Val::Text(_), Some(state)) = (&queue, state.as_deref().filter(|s| *s != "cancelled" && *s != "blocked")) {
+        if let (Val::Text(_), Some(state)) = (&queue, state.as_deref().filter(|s| *s != "cancelled" && *s != "blocked"))
+        {
             let cursor = match &after {
                 None => None,
                 Some(id) => Some(pages::cursor(conn, state, id)?.ok_or_else(|| {

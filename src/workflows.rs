@@ -164,11 +164,8 @@ pub fn ended(conn: &Conn, seq: i64, how: End, now: i64) -> Result<()> {
 fn drain(conn: &Conn, mut work: Vec<(i64, End)>, now: i64) -> Result<()> {
     while let Some((seq, how)) = work.pop() {
         release(conn, seq, now)?;
-        let dependents = conn.rows(
-            "SELECT job FROM tinyq_deps WHERE dep = ?1 AND resolved IS NULL",
-            &[&seq],
-            |st| st.int(0),
-        )?;
+        let dependents =
+            conn.rows("SELECT job FROM tinyq_deps WHERE dep = ?1 AND resolved IS NULL", &[&seq], |st| st.int(0))?;
         if !dependents.is_empty() {
             conn.exec("UPDATE tinyq_deps SET resolved = 1 WHERE dep = ?1 AND resolved IS NULL", &[&seq])?;
         }
@@ -205,12 +202,11 @@ fn release(conn: &Conn, seq: i64, now: i64) -> Result<i64> {
 
 /// One dependent `job` learns that its dependency `dep` finished as `how`.
 fn resolve(conn: &Conn, dep: i64, how: End, job: i64, now: i64, work: &mut Vec<(i64, End)>) -> Result<()> {
-    let Some((waits, policy)) = conn
-        .row(
-            "SELECT waits, after_failed FROM tinyq_jobs WHERE seq = ?1 AND status = 'blocked' AND waits IS NOT NULL",
-            &[&job],
-            |st| (st.int(0), AfterFailed::from_stored(st.text(1).as_deref())),
-        )?
+    let Some((waits, policy)) = conn.row(
+        "SELECT waits, after_failed FROM tinyq_jobs WHERE seq = ?1 AND status = 'blocked' AND waits IS NOT NULL",
+        &[&job],
+        |st| (st.int(0), AfterFailed::from_stored(st.text(1).as_deref())),
+    )?
     else {
         return Ok(()); // it went on by itself meanwhile (cancelled, replaced by a signal wait)
     };
@@ -304,5 +300,7 @@ pub const FOREVER: i64 = i64::MAX;
 
 /// Does the job `job` wait (directly) for `dep`, which has not finished for it yet?
 pub fn waits_for(conn: &Conn, job: i64, dep: i64) -> Result<bool> {
-    Ok(conn.one_int("SELECT 1 FROM tinyq_deps WHERE dep = ?1 AND job = ?2 AND resolved IS NULL", &[&dep, &job])?.is_some())
+    Ok(conn
+        .one_int("SELECT 1 FROM tinyq_deps WHERE dep = ?1 AND job = ?2 AND resolved IS NULL", &[&dep, &job])?
+        .is_some())
 }

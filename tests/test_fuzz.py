@@ -52,9 +52,9 @@ WAIT_TIMEOUTS = [0, 1, 2, "0ms", "2ms", "0.5ms", -1, "-1s", None, "2h", 3_600_00
 # SQLite's own messages for calls it rejects before tinyq runs.
 SQLITE_OWN = ("too many arguments on ", "wrong number of arguments to function ")
 
-STATUSES = {"scheduled", "queued", "running", "done", "failed"}
+STATUSES = {"scheduled", "queued", "running", "done", "failed", "blocked"}
 EVENT_OF_STATUS = {"scheduled": "scheduled", "queued": "waiting", "running": "running",
-                   "done": "done", "failed": "failed"}
+                   "done": "done", "failed": "failed", "blocked": "blocked"}
 
 # Functions and the argument positions that must be a name (non-empty UTF-8 text <= 1000
 # bytes, no NUL): a call whose argument there is clearly not one must be an error (ERR-01).
@@ -63,15 +63,18 @@ SCALARS = {
     "tq_settle": (0,), "tq_step_get": (0, 1), "tq_step_put": (0, 2), "tq_progress": (0,),
     "tq_queue": (0,), "tq_sweep": (), "tq_clock": (), "tq_now": (), "tq_version": (),
     "tq_debug": (), "tq_wait": (0,), "tq_schedule": (0, 1), "tq_unschedule": (0,),
+    "tq_signal": (0,),
 }
-TABLES = {"tq_claim": (0, 1), "tq_watch": (1,), "tq_stats": (0,), "tq_jobs": (), "tq_schedules": ()}
+TABLES = {"tq_claim": (0, 1), "tq_watch": (1,), "tq_stats": (0,), "tq_jobs": (), "tq_schedules": (),
+          "tq_deps": (0,)}
 # Usual arity, so that random calls often get past the argument count.
 ARITY = {"tq_add": (2, 3), "tq_get": (1,), "tq_cancel": (1,), "tq_retry": (1,),
          "tq_renew": (2, 3), "tq_settle": (3, 4), "tq_step_get": (2,), "tq_step_put": (4,),
          "tq_progress": (3,), "tq_queue": (1, 2), "tq_sweep": (0, 1), "tq_clock": (0, 1),
          "tq_now": (0,), "tq_version": (0,), "tq_debug": (0,), "tq_wait": (2,),
          "tq_claim": (3, 4), "tq_watch": (0, 1, 2), "tq_stats": (0, 1), "tq_jobs": (0, 2),
-         "tq_schedule": (4, 5), "tq_unschedule": (1,), "tq_schedules": (0,)}
+         "tq_schedule": (4, 5), "tq_unschedule": (1,), "tq_schedules": (0,),
+         "tq_signal": (1, 2, 3), "tq_deps": (1,)}
 
 
 # Per function: [calls that returned, calls that raised] (printed at the end of a run).
@@ -152,7 +155,7 @@ def _strategies():
         "id", "at", "delay", "priority", "group", "attempts", "lease", "timeout", "backoff",
         "backoff_max", "concurrency", "rate", "group_concurrency", "group_rate", "dedupe",
         "keep", "paused", "bogus", "", "ID", "delay ", "tz", "missed", "meta", "expires", "on_conflict",
-        "max_wait",
+        "max_wait", "after", "after_failed", "signal",
     ])
     json_scalars = st.one_of(st.none(), st.booleans(), ints, st.floats(allow_nan=False),
                              durations, st.text(max_size=8))
@@ -172,6 +175,8 @@ def _strategies():
         '{"expires": "1s", "delay": "2s"}', '{"expires": "2026-13-45"}', '{"on_conflict": "replace"}',
         '{"id": "a", "on_conflict": "debounce"}', '{"id": "a", "on_conflict": "debounce", "delay": "1s", "max_wait": "1ms"}',
         '{"id": "a", "max_wait": "1s"}', '{"id": "a", "on_conflict": null, "expires": null}',
+        '{"after": []}', '{"after": ["a", "a"]}', '{"after": [null]}', '{"after": "a"}', '{"after_failed": "run"}',
+        '{"signal": "s1"}', '{"signal": "s1", "timeout": "1s"}', '{"after": ["a"], "signal": "s"}', '{"keep": "0ms"}',
     ])
     texts = st.one_of(
         st.text(max_size=12),
@@ -290,8 +295,38 @@ def check_invariants(c, ever_added, attempts, now, min_keep=7 * DAY):
     late = c.execute("SELECT id FROM tinyq_jobs WHERE status = 'running' AND started_at >= start_by").fetchall()
     assert not late, f"jobs {late} were claimed past their expires"
     counts = dict(c.execute("SELECT state, count(*) FROM tq_jobs GROUP BY state").fetchall())
-    assert set(counts) <= {"scheduled", "waiting", "running", "done", "failed"}, counts
+    assert set(counts) <= {"scheduled", "waiting", "running", "done", "failed", "blocked"}, counts
     check_counters(c)
+    check_workflows(c)
+
+
+def check_workflows(c):
+    """DEP-01 / SIG-01: a job blocked on jobs counts exactly its unfinished edges, each to a
+    job that exists and has not finished; one blocked on a signal has a name and no count;
+    no other job has either; `held` counts the edges not yet released, and a finished job
+    that is held has no expiry (it is kept for its dependents)."""
+    if c.execute("SELECT 1 FROM sqlite_master WHERE name = 'tinyq_deps'").fetchone() is None:
+        return
+    for jid, status, waits, signal, counted in c.execute(
+            "SELECT id, status, waits, signal, (SELECT count(*) FROM tinyq_deps d WHERE d.job = j.seq AND d.resolved IS NULL)"
+            " FROM tinyq_jobs j WHERE waits IS NOT NULL OR signal IS NOT NULL OR status = 'blocked'"):
+        assert status == "blocked", f"job {jid!r} ({status}) keeps waits {waits} / signal {signal!r}"
+        assert (waits is None) != (signal is None), f"blocked job {jid!r}: waits {waits}, signal {signal!r}"
+        if waits is not None:
+            assert waits == counted and waits > 0, f"blocked job {jid!r}: waits {waits}, unfinished edges {counted}"
+    bad = c.execute("SELECT d.dep, d.job FROM tinyq_deps d JOIN tinyq_jobs j ON j.seq = d.dep"
+                    " WHERE d.resolved IS NULL AND j.status IN ('done', 'failed')"
+                    " AND EXISTS (SELECT 1 FROM tinyq_jobs b WHERE b.seq = d.job AND b.status = 'blocked')").fetchall()
+    assert not bad, f"edges to finished jobs still counted by blocked jobs: {bad}"
+    for jid, held, counted, status, expires in c.execute(
+            "SELECT id, coalesce(held, 0), (SELECT count(*) FROM tinyq_deps d WHERE d.dep = j.seq AND d.resolved IS NOT 2),"
+            " status, expires_at FROM tinyq_jobs j WHERE held IS NOT NULL OR linked IS NOT NULL"):
+        assert held == counted, f"job {jid!r}: held {held}, edges not released {counted}"
+        if held and status in ("done", "failed"):
+            assert expires is None, f"job {jid!r} ({status}) is held by its dependents but expires"
+    blocked = dict(c.execute("SELECT queue, blocked FROM tinyq_counts"))
+    for queue, n in c.execute("SELECT queue, count(*) FROM tinyq_jobs WHERE status = 'blocked' GROUP BY queue"):
+        assert blocked.get(queue) == n, f"queue {queue!r}: {n} blocked jobs, counter {blocked.get(queue)}"
 
 
 # --------------------------------------------------------------------------- the machine
@@ -321,7 +356,9 @@ def build_machine():
         "group": pick(["g1", "g2"]), "attempts": st.integers(1, 4),
         "expires": st.one_of(pick(["50ms", "1s", "3s", "1m", "1d", "0s", "x", -1]), st.integers(T0, T0 + 10_000)),
         "on_conflict": pick(["keep", "replace", "replace", "debounce", "debounce", "nope"]),
-        "max_wait": pick(["0ms", "1s", "5s", "1m"])})
+        "max_wait": pick(["0ms", "1s", "5s", "1m"]),
+        "after": st.lists(chosen_ids, min_size=0, max_size=3),
+        "after_failed": pick(["fail", "run", "cancel", "never"])})
     queue_opts = st.fixed_dictionaries({}, optional={
         "lease": pick(["100ms", "1s", "30s", None]),
         "timeout": pick(["500ms", "5s", "1h", None]),
@@ -340,7 +377,10 @@ def build_machine():
     outcomes = pick([
         ("done", None), ("done", '{"ok": true}'), ("done", 5), ("error", "boom"), ("error", None),
         ("retry", None), ("retry", "10ms"), ("retry", "2s"), ("snooze", "10ms"), ("snooze", 0),
-        ("snooze", None), ("fail", "bad"), ("fail", ""), ("nope", None), ("DONE", None)])
+        ("snooze", None), ("fail", "bad"), ("fail", ""), ("nope", None), ("DONE", None),
+        ("wait", '{"signal": "s1", "timeout": "1s"}'), ("wait", '{"signal": "s2"}'),
+        ("wait", '{"after": ["a", "b"]}'), ("wait", '{"after": ["c"]}'), ("wait", '{"after": ["zzz"]}'),
+        ("wait", '{"after": ["a"], "timeout": "1s"}'), ("wait", None)])
 
     class TinyqMachine(RuleBasedStateMachine):
         def __init__(self):
@@ -489,6 +529,15 @@ def build_machine():
             job_id = data.draw(pick(pool))
             fn = data.draw(pick(["tq_cancel", "tq_retry", "tq_get"]))
             self.v(fn, job_id)
+
+        @rule(name=pick(["s1", "s2", "", "x" * 1001]), payload=st.one_of(st.none(), st.text(max_size=5)),
+              keep=pick([None, "1s", "1d", "0ms", "x"]))
+        def signal(self, name, payload, keep):
+            if keep is None:
+                self.v("tq_signal", name, payload)
+            else:
+                self.v("tq_signal", name, payload, json.dumps({"keep": keep}))
+            self.v("tq_deps", name or "a")
 
         @rule(queue=queues, opts=queue_opts)
         def set_queue(self, queue, opts):
