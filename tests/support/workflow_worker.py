@@ -27,13 +27,22 @@ def children(payload, run):
     return ids, [{"kind": "child", "n": n, "fail": n == payload.get("failing")} for n in range(len(ids))]
 
 
-def handle(payload, run):
+def started(payload, run):
     note("start", run)
-    kind = payload["kind"]
+    return payload["kind"]
+
+
+def child(payload, run):
+    """A page: its result, or failed for good when its parent says so."""
+    if payload["fail"]:
+        run.fail("bad page")
+    return payload["n"] * 10
+
+
+def handle(payload, run):
+    kind = started(payload, run)
     if kind == "child":
-        if payload["fail"]:
-            run.fail("bad page")
-        return payload["n"] * 10
+        return child(payload, run)
     if kind == "parent":
         ids, payloads = children(payload, run)
         tinyq.Queue(run.conn, "wf").add_many(payloads, ids=ids)
@@ -53,12 +62,9 @@ def handle(payload, run):
 
 
 async def handle_async(payload, run, adder):
-    note("start", run)
-    kind = payload["kind"]
+    kind = started(payload, run)
     if kind == "child":
-        if payload["fail"]:
-            run.fail("bad page")
-        return payload["n"] * 10
+        return child(payload, run)
     if kind == "parent":
         ids, payloads = children(payload, run)
         await adder.add_many(payloads, ids=ids)
