@@ -144,9 +144,10 @@ bench-quick: deps $(EXT) node/node_modules
 	$(PY) bench/scale.py --quick
 	$(PY) bench/durability.py --quick
 
-# docs/dashboard.png, dashboard-lists.png and dashboard-job.png, from the headless Chromium test.
+# docs/dashboard.png, dashboard-lists.png, dashboard-job.png and dashboard-blocked.png, from the
+# headless Chromium tests.
 screenshots: deps $(EXT)
-	TINYQ_SCREENSHOTS=docs $(PY) -m pytest -q tests/test_dashboard.py -k chromium
+	TINYQ_SCREENSHOTS=docs $(PY) -m pytest -q tests/test_dashboard.py tests/test_workflow_operators.py -k chromium
 
 PREFIX ?= /usr/local
 LIBDIR ?= $(PREFIX)/lib

@@ -37,7 +37,7 @@ export type Duration = number | string;
 /** A time: milliseconds since the Unix epoch, ISO-8601 text, or a Date. */
 export type Time = number | string | Date;
 /** What tq_get and tq_jobs call a job's state. */
-export type JobState = 'scheduled' | 'waiting' | 'running' | 'done' | 'failed';
+export type JobState = 'scheduled' | 'waiting' | 'running' | 'done' | 'failed' | 'blocked';
 
 export interface AddOptions {
   /** Your id for the job: the same id again adds nothing while it is present (dedupe). */
@@ -61,6 +61,24 @@ export interface AddOptions {
   on_conflict?: 'keep' | 'replace' | 'debounce';
   /** With on_conflict 'debounce': the latest the job runs, counted from the add that created it. */
   max_wait?: Duration;
+  /** Ids of jobs this one waits for: it is blocked until every one has finished (each must exist). */
+  after?: string[];
+  /** What a job of `after` that failed for good or was cancelled does to this one: 'fail' (the
+   * default: it fails, its error naming that job), 'run' (it runs anyway) or 'cancel'. */
+  after_failed?: 'fail' | 'run' | 'cancel';
+}
+
+export interface SignalOptions {
+  /** How long the signal is kept for waits that begin later (default '7d'). */
+  keep?: Duration;
+}
+
+/** A job that `id` waits or waited for (tq_deps). */
+export interface Dependency<R = unknown> {
+  id: string;
+  state: JobState | 'cancelled';
+  result: R | null;
+  error: string | null;
 }
 
 /** addMany's options: add's for every job, and each job's own id. */
@@ -93,6 +111,8 @@ export interface Job<P = unknown, R = unknown> {
   settled_at: number | null;
   /** Its `expires` (ms), or null. */
   expires: number | null;
+  /** Only while blocked: the jobs it still waits for, or the signal and until when. */
+  blocked_on?: { after: string[] } | { signal: string; until: number | null };
   [key: string]: unknown;
 }
 
@@ -167,8 +187,8 @@ export interface WorkOptions {
 
 /** Thrown by run.retry / run.snooze / run.fail: the worker settles the job with it. */
 export class Outcome {
-  constructor(outcome: 'retry' | 'snooze' | 'fail' | null, value?: unknown);
-  outcome: 'retry' | 'snooze' | 'fail' | null;
+  constructor(outcome: 'retry' | 'snooze' | 'fail' | 'wait' | null, value?: unknown);
+  outcome: 'retry' | 'snooze' | 'fail' | 'wait' | null;
   value: unknown;
 }
 
@@ -196,6 +216,17 @@ export class Run {
   step<T>(name: string, fn: () => T | Promise<T>): Promise<T>;
   /** Records progress; false when the job is gone. */
   progress(value: unknown): boolean;
+  /** The results of the jobs `ids`, in order, once every one is done. Until then the attempt
+   * ends (the job is blocked, its worker's place free) and the job runs again from the top
+   * when they have finished: its steps bring it back here. One that failed for good or was
+   * cancelled fails this job. */
+  waitFor<R = unknown>(ids: string | string[]): Promise<R[]>;
+  /** The payload of the signal `name` (Queue.signal, tq_signal), or null once `timeout` has
+   * passed (omitted: waits for ever). Until it comes the job is blocked, as in waitFor. */
+  waitSignal<T = unknown>(name: string, timeout?: Duration): Promise<T | null>;
+  /** A durable sleep: resolves once `duration` has passed since the first attempt that reached
+   * it (its wake time is the step 'sleep:<name>'); until then the job snoozes without its worker. */
+  sleep(name: string, duration: Duration): Promise<void>;
   /** Ends this attempt; runs again after `delay` (default: the backoff). Counts. */
   retry(delay?: Duration): never;
   /** Ends this attempt; runs again after `delay`. Does not count. */
@@ -218,6 +249,10 @@ export class Queue<P = any, D extends SqliteDatabase = SqliteDatabase> {
   /** Adds one job per payload in one transaction and one statement; returns their ids in order. */
   addMany(payloads: P[], options?: AddManyOptions): string[];
   get<R = unknown>(id: string): Job<P, R> | null;
+  /** The jobs `id` waits or waited for, with their results (tq_deps). */
+  deps<R = unknown>(id: string): Dependency<R>[];
+  /** Sends the signal `name` to every job waiting for it; returns how many it woke. */
+  signal(name: string, payload?: unknown, options?: SignalOptions): number;
   cancel(id: string): boolean;
   retry(id: string): boolean;
   watch(since?: number): JobEvent[];

@@ -16,7 +16,7 @@
  * node:sqlite or bun:sqlite, see drivers.js): each call is short, and the handlers, lease renewals and the claim loop share the event
  * loop. A handler that computes for a long time without awaiting delays its own renewals.
  */
-const { close, encode, extensionPath, load, one, open, options, rows, transaction } = require('./sql.js');
+const { close, decode, encode, extensionPath, load, one, open, options, rows, transaction } = require('./sql.js');
 const { adapterOf } = require('./drivers.js');
 const { Cancelled, Outcome, Run } = require('./run.js');
 const { inHandlerOf, workLoop } = require('./worker.js');
@@ -52,7 +52,8 @@ class Queue {
   }
 
   /** Add a job; returns its id. Options: id, delay, at, group, priority, attempts, meta,
-   * expires, on_conflict ('keep', 'replace', 'debounce') and max_wait (docs/reference.md). */
+   * expires, on_conflict ('keep', 'replace', 'debounce'), max_wait, and after (ids of jobs it
+   * waits for: blocked until they have finished) with after_failed ('fail', 'run', 'cancel'). */
   add(payload, opts) {
     const o = options(opts);
     const id = o === null
@@ -86,7 +87,24 @@ class Queue {
     return text === null ? null : JSON.parse(text);
   }
 
-  /** Remove a scheduled, waiting or running job; false when there was nothing to cancel. */
+  /** The jobs `id` waits or waited for (tq_deps), each as {id, state, result, error}. */
+  deps(id) {
+    return rows(this.db, 'SELECT id, state, result, error FROM tq_deps(?)', id)
+      .map((dep) => ({ ...dep, result: decode(dep.result) }));
+  }
+
+  /** Send the signal `name` (tq_signal): every job waiting for it (run.waitSignal) gets
+   * `payload` and runs again; a wait that begins later, within `keep` (default 7d), gets it
+   * at once. Returns how many jobs it woke. A signal's name is the whole store's. */
+  signal(name, payload = null, opts) {
+    const o = options(opts);
+    const args = [name, encode(payload)].concat(o === null ? [] : [o]);
+    const woken = one(this.db, `SELECT tq_signal(${args.map(() => '?').join(', ')})`, ...args);
+    this._wake(); // a worker of this Queue claims the jobs it woke without waiting for its poll
+    return woken;
+  }
+
+  /** Remove a scheduled, waiting, blocked or running job; false when there was nothing to cancel. */
   cancel(id) {
     return one(this.db, 'SELECT tq_cancel(?)', id) === 1;
   }

@@ -1,7 +1,8 @@
 'use strict';
 // What a handler gets besides its payload (Run) and what it throws to end an attempt
 // (Outcome, Cancelled).
-const { decode, encode, one } = require('./sql.js');
+const { decode, encode, one, rows } = require('./sql.js');
+const waits = require('./waits.js');
 
 // -- a run: what a handler gets besides its payload ------------------------------------
 
@@ -65,6 +66,41 @@ class Run {
     const ok = one(this.db, 'SELECT tq_progress(?, ?, ?)', this.id, this.attempt, encode(value)) === 1;
     if (!ok) this._cancel();
     return ok;
+  }
+
+  // Workflows (waits.js): each returns what it waited for, or ends the attempt ('wait' or
+  // 'snooze', the worker's place freed) and the next attempt's replay returns it here.
+
+  /** The results of the jobs `ids`, in order, once every one is done; until then the job
+   * waits for them (blocked) and runs again when they have finished. One that failed for
+   * good or was cancelled fails this job, its error naming it. */
+  async waitFor(ids) {
+    const list = waits.waitIds(ids);
+    const found = new Map(rows(this.db, waits.JOBS_OF, JSON.stringify(list)).map((r) => [r.id, r.job]));
+    const { outcome, results } = waits.afterResults(list, found);
+    if (outcome) throw new Outcome(...outcome);
+    return results;
+  }
+
+  /** The payload of the signal `name` (tq_signal); until it comes the job waits for it
+   * (blocked), at most `timeout` (a duration; omitted: for ever), then null. */
+  async waitSignal(name, timeout) {
+    const [payloadStep, untilStep] = waits.signalSteps(name);
+    const [kept] = rows(this.db, waits.STEP_ROW, this.id, payloadStep);
+    if (kept) return decode(kept.value);
+    const now = one(this.db, waits.NOW);
+    const until = await this.step(untilStep, () => (timeout == null ? null : now + waits.durationMs(timeout, 'waitSignal')));
+    const outcome = waits.signalWait(name, until, now);
+    if (outcome) throw new Outcome(...outcome);
+    return null;
+  }
+
+  /** A durable sleep: resolves once `duration` has passed since the first attempt that
+   * reached it (its wake time is the step `sleep:<name>`); until then the job snoozes. */
+  async sleep(name, duration) {
+    const now = one(this.db, waits.NOW);
+    const until = await this.step(waits.sleepStep(name), () => now + waits.durationMs(duration, 'sleep'));
+    if (now < until) throw new Outcome('snooze', until - now);
   }
 
   /** End this attempt; run again after `delay` (default: the backoff). Counts. */

@@ -54,10 +54,10 @@ def test_stats_shows_each_queue(store):
     out = tinyq("stats", store)
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
-    assert lines[0].split()[:7] == ["queue", "scheduled", "waiting", "running", "leases",
+    assert lines[0].split()[:8] == ["queue", "scheduled", "waiting", "blocked", "running", "leases",
                                    "done", "failed"]
-    assert lines[1].split()[:7] == ["emails", "0", "1", "1", "1", "0", "1"]
-    assert lines[2].split()[:7] == ["sms", "1", "0", "0", "0", "0", "0"]
+    assert lines[1].split()[:8] == ["emails", "0", "1", "0", "1", "1", "0", "1"]
+    assert lines[2].split()[:8] == ["sms", "1", "0", "0", "0", "0", "0", "0"]
     [row] = [json.loads(line) for line in tinyq("stats", store, "--queue", "sms",
                                                 "--json").stdout.splitlines()]
     assert row["queue"] == "sms" and row["scheduled"] == 1 and row["paused"] == 0

@@ -87,6 +87,12 @@ def report_story(db, now):
 def dashboard(db, db_path):
     """The dashboard of a populated store, as a real process: yields its base URL."""
     populate(db)
+    yield from dashboard_process(db_path)
+
+
+def dashboard_process(db_path):
+    """A `tinyq dashboard` process on the store: yields its base URL; then Ctrl-C, and it
+    must exit cleanly, with nothing on stderr."""
     proc = subprocess.Popen([PY, "-m", "tinyq", "dashboard", db_path, "--port", "0"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV,
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))

@@ -270,3 +270,61 @@ def test_asyncio_web_answers_202_the_worker_runs_the_slow_call_and_sigterm_waits
     conn = connect(str(tmp_path / "web.db"))
     assert json.loads(one(conn, "SELECT tq_get(?)", last["job"]))["state"] == "done"
     conn.close()
+
+
+# -- examples/approval.py -----------------------------------------------------------------
+
+def start_approval(db, role):
+    """A process of the approval example in `role`, once it has said it is ready."""
+    proc = subprocess.Popen([PY, "examples/approval.py", "--db", db, "--port", "0", "--role", role],
+                            cwd=ROOT, env=example_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    first = proc.stdout.readline()
+    if not first:
+        proc.kill()
+        raise AssertionError("approval.py --role %s did not start: %s" % (role, proc.communicate()[1]))
+    return proc, first.split()[-1]
+
+
+def test_approval_waits_for_a_person_and_sends_once_even_if_its_worker_is_killed(tmp_path):
+    db = str(tmp_path / "desk.db")
+    web, base = start_approval(db, "web")
+    worker, _ = start_approval(db, "worker")
+    procs = [web, worker]
+    try:
+        status, accepted = http("POST", base + "/tickets/1/triage")
+        assert status == 202 and accepted["job"] == "triage:ticket-1"
+        assert accepted["state"] in ("waiting", "running")           # the model has not answered
+        seen = [accepted["state"]]
+        job = poll(base + "/jobs/triage:ticket-1", ("blocked", "done", "failed"), seen)
+        assert seen[-1] == "blocked" and in_order(seen, ["waiting", "running", "blocked"]), seen
+        assert job["blocked_on"]["signal"] == "approve:ticket-1"
+        assert http("GET", base + "/tickets/1")[1] == {"ticket": 1, "state": "awaiting_approval", "sent": 0}
+
+        worker.kill()                                  # SIGKILL while the job waits
+        first_out, _ = worker.communicate(timeout=60)
+        assert worker.returncode == -signal.SIGKILL
+
+        assert http("POST", base + "/tickets/1/approve", {"by": "lee"}) == (200, {"ticket": 1, "approved_by": "lee"})
+        with pytest.raises(urllib.error.HTTPError) as again:
+            http("POST", base + "/tickets/1/approve", {"by": "sam"})
+        assert again.value.code == 409
+        assert http("GET", base + "/jobs/triage:ticket-1")[1]["state"] == "waiting"   # no worker alive
+
+        worker, _ = start_approval(db, "worker")
+        procs.append(worker)
+        seen = []
+        job = poll(base + "/jobs/triage:ticket-1", ("done", "failed"), seen)
+        assert job["state"] == "done", job
+        assert job["result"] == {"ticket": 1, "state": "sent", "approved_by": "lee", "category": "refund",
+                                 "confidence": "high"}
+        assert http("GET", base + "/tickets/1")[1] == {"ticket": 1, "state": "sent", "sent": 1}
+        rc, second_out, err = stop(worker)
+        assert rc == 0, err
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+    out = first_out + second_out
+    assert out.count("model: classify ticket 1") == 1 and out.count("model: draft ticket 1") == 1, out
+    assert out.count("sent: ticket 1") == 1 and "sent: ticket 1" in second_out, out

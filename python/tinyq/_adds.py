@@ -22,6 +22,13 @@ def add_options(**kw: Any) -> Optional[str]:
     return _options(**kw)
 
 
+def after_list(after: Any) -> Optional[List[str]]:
+    """`after` as a list of ids (one id alone is a list of one); None stays None."""
+    if after is None:
+        return None
+    return [after] if isinstance(after, str) else list(after)
+
+
 def add_many(conn: Any, queue: str, payloads: Sequence[Any], ids: Optional[Sequence[str]],
              options: Optional[str]) -> List[str]:
     """Adds every payload with the same options (and its own id, when `ids` is given) in one

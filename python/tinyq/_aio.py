@@ -38,7 +38,9 @@ from ._protocol import (WAITER_JOIN_S, check_work_args, claim_args,
                         renew_soon, renewed, result_outcome, schedule_renewal, settle_and_claim_in,
                         stop_on_signals, wait_for_work, worker_name)
 from ._queue import Queue
-from ._sql import _decode, _encode
+from ._sql import _decode, _encode, _one, _rows
+from ._waits import (JOBS_OF, NOW, STEP_ROW, after_results, duration_ms, signal_steps, signal_wait, sleep_step,
+                     sleep_until, wait_ids)
 
 log = logging.getLogger("tinyq")
 
@@ -149,6 +151,28 @@ class AsyncRun(RunBase):
         if not ok:
             self.cancelled = True
         return ok
+
+    # Workflows: as Run's (_worker.py), as coroutines.
+
+    async def wait_for(self, ids: Any) -> List[Any]:
+        """The results of the jobs `ids`, in order, once every one is done (as Run.wait_for)."""
+        ids = wait_ids(ids)
+        return after_results(ids, dict(await self._db.call(_rows, JOBS_OF, json.dumps(ids))))
+
+    async def wait_signal(self, name: str, timeout: Any = None) -> Any:
+        """The payload of the signal `name`, or None after `timeout` (as Run.wait_signal)."""
+        payload_step, until_step = signal_steps(name)
+        kept = await self._db.call(_rows, STEP_ROW, self.id, payload_step)
+        if kept:
+            return _decode(kept[0][0])
+        now = await self._db.call(_one, NOW)
+        until = await self.step(until_step, lambda: None if timeout is None else now + duration_ms(timeout, "wait_signal"))
+        return signal_wait(name, until, now)
+
+    async def sleep(self, name: str, duration: Any) -> None:
+        """A durable sleep of `duration` (as Run.sleep)."""
+        now = await self._db.call(_one, NOW)
+        sleep_until(await self.step(sleep_step(name), lambda: now + duration_ms(duration, "sleep")), now)
 
 
 class _Waiter(threading.Thread):
@@ -380,11 +404,13 @@ class AsyncQueue:
     async def add(self, payload: Any, id: Optional[str] = None, delay: Any = None, at: Any = None,
                   group: Optional[str] = None, priority: Optional[int] = None,
                   attempts: Optional[int] = None, meta: Optional[Dict[str, Any]] = None,
-                  expires: Any = None, on_conflict: Optional[str] = None, max_wait: Any = None) -> str:
+                  expires: Any = None, on_conflict: Optional[str] = None, max_wait: Any = None,
+                  after: Optional[Sequence[str]] = None, after_failed: Optional[str] = None) -> str:
         """Add a job; returns its id (as Queue.add)."""
         return await self._q("add", payload, id=id, delay=delay, at=at, group=group,
                              priority=priority, attempts=attempts, meta=meta, expires=expires,
-                             on_conflict=on_conflict, max_wait=max_wait)
+                             on_conflict=on_conflict, max_wait=max_wait, after=after,
+                             after_failed=after_failed)
 
     async def add_many(self, payloads: Iterable[Any], ids: Optional[Sequence[str]] = None,
                        **options: Any) -> List[str]:
@@ -394,6 +420,14 @@ class AsyncQueue:
 
     async def get(self, id: str) -> Optional[Dict[str, Any]]:
         return await self._q("get", id)
+
+    async def signal(self, name: str, payload: Any = None, keep: Any = None) -> int:
+        """Send the signal `name`; returns how many jobs it woke (as Queue.signal)."""
+        return await self._q("signal", name, payload, keep=keep)
+
+    async def deps(self, id: str) -> List[Dict[str, Any]]:
+        """The jobs `id` waits or waited for (as Queue.deps)."""
+        return await self._q("deps", id)
 
     async def cancel(self, id: str) -> bool:
         return await self._q("cancel", id)

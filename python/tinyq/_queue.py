@@ -7,10 +7,10 @@ import os
 import threading
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Union
 
-from ._adds import add_many, add_options
+from ._adds import add_many, add_options, after_list
 from ._connection import _open_like, owned_open
 from ._schedules import Schedules
-from ._sql import _encode, _one, _options, _rows
+from ._sql import _decode, _encode, _one, _options, _rows
 from ._worker import Run, work_loop
 
 
@@ -52,7 +52,8 @@ class Queue(Schedules):
     def add(self, payload: Any, id: Optional[str] = None, delay: Any = None, at: Any = None,
             group: Optional[str] = None, priority: Optional[int] = None,
             attempts: Optional[int] = None, meta: Optional[Dict[str, Any]] = None,
-            expires: Any = None, on_conflict: Optional[str] = None, max_wait: Any = None) -> str:
+            expires: Any = None, on_conflict: Optional[str] = None, max_wait: Any = None,
+            after: Optional[Sequence[str]] = None, after_failed: Optional[str] = None) -> str:
         """Add a job; returns its id. A dict/list payload is stored as JSON text. `meta` (a
         dict: a correlation id, a tenant...) is kept beside the payload; handlers see it as
         run.meta (it needs a store of schema 3 or later). `expires`: a job not started by then
@@ -61,9 +62,13 @@ class Queue(Schedules):
         `on_conflict` when the id is present: 'keep' (the default: nothing), 'replace' (a job
         not started yet takes this add's payload and options) or 'debounce' (as replace,
         and its time becomes now + `delay`, never later than `max_wait` after the first add).
-        Schema 6 for these three (docs/reference.md, tq_add)."""
+        Schema 6 for these three (docs/reference.md, tq_add). `after`: the ids of jobs this
+        one waits for (it is blocked until every one has finished); `after_failed`: what one
+        of them failing for good or being cancelled does to it, 'fail' (the default), 'run'
+        or 'cancel' (schema 7)."""
         opts = add_options(id=id, delay=delay, at=at, group=group, priority=priority, attempts=attempts,
-                           meta=meta, expires=expires, on_conflict=on_conflict, max_wait=max_wait)
+                           meta=meta, expires=expires, on_conflict=on_conflict, max_wait=max_wait,
+                           after=after_list(after), after_failed=after_failed)
         if opts is None:
             return _one(self.conn, "SELECT tq_add(?, ?)", self.name, _encode(payload))
         return _one(self.conn, "SELECT tq_add(?, ?, ?)", self.name, _encode(payload), opts)
@@ -71,13 +76,15 @@ class Queue(Schedules):
     def add_many(self, payloads: Iterable[Any], ids: Optional[Sequence[str]] = None, delay: Any = None,
                  at: Any = None, group: Optional[str] = None, priority: Optional[int] = None,
                  attempts: Optional[int] = None, meta: Optional[Dict[str, Any]] = None,
-                 expires: Any = None, on_conflict: Optional[str] = None, max_wait: Any = None) -> List[str]:
+                 expires: Any = None, on_conflict: Optional[str] = None, max_wait: Any = None,
+                 after: Optional[Sequence[str]] = None, after_failed: Optional[str] = None) -> List[str]:
         """Add one job per payload, with the same options (as add's), in one transaction and
         one statement; returns their ids in order. `ids`, when given, is each job's own id
         (as many as payloads). All or nothing: an add that fails rolls the others back. On a
         connection in autocommit it is its own transaction; inside yours, a savepoint."""
         opts = add_options(delay=delay, at=at, group=group, priority=priority, attempts=attempts,
-                           meta=meta, expires=expires, on_conflict=on_conflict, max_wait=max_wait)
+                           meta=meta, expires=expires, on_conflict=on_conflict, max_wait=max_wait,
+                           after=after_list(after), after_failed=after_failed)
         return add_many(self.conn, self.name, payloads, ids, opts)
 
     def get(self, id: str) -> Optional[Dict[str, Any]]:
@@ -85,8 +92,22 @@ class Queue(Schedules):
         text = _one(self.conn, "SELECT tq_get(?)", id)
         return None if text is None else json.loads(text)
 
+    def deps(self, id: str) -> List[Dict[str, Any]]:
+        """The jobs `id` waits or waited for (tq_deps), each as {id, state, result, error}."""
+        return [{"id": dep, "state": state, "result": _decode(result), "error": error}
+                for dep, state, result, error in _rows(self.conn, "SELECT id, state, result, error FROM tq_deps(?)", id)]
+
+    def signal(self, name: str, payload: Any = None, keep: Any = None) -> int:
+        """Send the signal `name` (tq_signal): every job waiting for it (run.wait_signal)
+        gets `payload` and runs again; a wait that begins later, within `keep` (default 7d),
+        gets it at once. Returns how many jobs it woke. Not only this queue's jobs: a signal's
+        name is the whole store's."""
+        options = _options(keep=keep)
+        args = (name, _encode(payload)) + (() if options is None else (options,))
+        return _one(self.conn, "SELECT tq_signal(%s)" % ", ".join("?" * len(args)), *args)
+
     def cancel(self, id: str) -> bool:
-        """Remove a scheduled, waiting or running job; False when there was nothing to cancel."""
+        """Remove a scheduled, waiting, blocked or running job; False when there was nothing to cancel."""
         return bool(_one(self.conn, "SELECT tq_cancel(?)", id))
 
     def retry(self, id: str) -> bool:

@@ -17,7 +17,9 @@ from ._protocol import (PROGRESS, STEP_GET, STEP_PUT, WAITER_JOIN_S, check_work_
                         claim_sql, lease_options, lease_pairs, lease_value, outcome_of_exception, renew_all,
                         renew_soon, renewed, result_outcome, schedule_renewal, settle_and_claim, stop_on_signals,
                         wait_for_work, worker_name)
-from ._sql import _decode, _encode, _one
+from ._sql import _decode, _encode, _one, _rows
+from ._waits import (JOBS_OF, NOW, STEP_ROW, after_results, duration_ms, signal_steps, signal_wait, sleep_step,
+                     sleep_until, wait_ids)
 
 log = logging.getLogger("tinyq")
 
@@ -58,6 +60,33 @@ class Run(RunBase):
         if not ok:
             self.cancelled = True
         return ok
+
+    # Workflows (_waits.py): each returns what it waited for, or ends the attempt ('wait' or
+    # 'snooze', the worker's place freed) and the next attempt's replay returns it here.
+
+    def wait_for(self, ids: Any) -> List[Any]:
+        """The results of the jobs `ids`, in order, once every one is done; until then the
+        job waits for them (blocked) and runs again when they have finished. One that failed
+        for good or was cancelled fails this job, its error naming it."""
+        ids = wait_ids(ids)
+        return after_results(ids, dict(_rows(self.conn, JOBS_OF, json.dumps(ids))))
+
+    def wait_signal(self, name: str, timeout: Any = None) -> Any:
+        """The payload of the signal `name` (tq_signal); until it comes the job waits for it
+        (blocked), at most `timeout` (a duration; None: for ever), then None."""
+        payload_step, until_step = signal_steps(name)
+        kept = _rows(self.conn, STEP_ROW, self.id, payload_step)
+        if kept:
+            return _decode(kept[0][0])
+        now = _one(self.conn, NOW)
+        until = self.step(until_step, lambda: None if timeout is None else now + duration_ms(timeout, "wait_signal"))
+        return signal_wait(name, until, now)
+
+    def sleep(self, name: str, duration: Any) -> None:
+        """A durable sleep: returns once `duration` has passed since the first attempt that
+        reached it (its wake time is the step `sleep:<name>`); until then the job snoozes."""
+        now = _one(self.conn, NOW)
+        sleep_until(self.step(sleep_step(name), lambda: now + duration_ms(duration, "sleep")), now)
 
 
 def outcome_of(handler: Callable[..., Any], payload: Any, run: RunBase,

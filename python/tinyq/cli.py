@@ -6,7 +6,8 @@
     tinyq schedules DB [--json]                every schedule, with its next time and last job
     tinyq watch DB [--queue Q] [-n N | --since SEQ] [--json]   follows state changes, like tail -f
     tinyq retry DB ID                          a failed job waits again, with a fresh budget
-    tinyq cancel DB ID                         removes a scheduled, waiting or running job
+    tinyq cancel DB ID                         removes a scheduled, waiting, blocked or running job
+    tinyq signal DB NAME [PAYLOAD] [--keep D]  sends a signal: the jobs waiting for it run again
     tinyq pause DB QUEUE / resume DB QUEUE     stops / restarts claiming from a queue
     tinyq sweep DB [--limit N]                 removes rows past their retention windows
     tinyq check DB [--recount] [--json]        is the store as tinyq keeps it? (tq_check)
@@ -129,10 +130,12 @@ def cmd_stats(conn, args):
     if not body:
         say("no queues")
         return
-    table(["queue", "scheduled", "waiting", "running", "leases", "done", "failed",
-           "oldest waiting", "started in window", "paused"],
-          [r[:7] + (duration(r[7]), "" if r[8] is None else r[8], "paused" if r[9] else "")
-           for r in body])
+    stats = [dict(zip(cols, r)) for r in body]
+    counts = [s for s in ("scheduled", "waiting", "blocked", "running", "leases", "done", "failed") if s in cols]
+    table(["queue"] + counts + ["oldest waiting", "started in window", "paused"],
+          [[q["queue"]] + [q[s] for s in counts] + [
+              duration(q["oldest_waiting_ms"]), "" if q["started_in_window"] is None else q["started_in_window"],
+              "paused" if q["paused"] else ""] for q in stats])
 
 
 def cmd_jobs(conn, args):
@@ -181,6 +184,7 @@ def cmd_get(conn, args):
     else:
         say("%s  %s  queue %s" % (job["id"], job["state"], job["queue"]))
         print_job(job, story["steps"])
+        print_workflow(job, story["deps"], story["dependents"])
     say("timeline:")
     for e in story["timeline"]:
         say(("  %s  %6d  %-9s  attempt %d  %s  %s" % (
@@ -206,6 +210,22 @@ def print_job(job, steps):
     for step in steps:
         say("  %s  attempt %d  %s  %s" % (when(step["created_at"], True), step["attempt"], step["name"],
                                            oneline(step["value"], 120)))
+
+
+def print_workflow(job, deps, dependents):
+    """What the job waits or waited for, the signal it waits for, and what waits for it."""
+    on = job.get("blocked_on") or {}
+    if on.get("signal") is not None:
+        say("  %-12s the signal %s, %s" % ("waits for", on["signal"], "until %s" % when(on["until"], True)
+                                             if on.get("until") is not None else "with no timeout"))
+    if deps:
+        say("waits for:" if job["state"] == "blocked" else "waited for:")
+        for dep in deps:
+            say(("  %s  %s  %s" % (dep["id"], dep["state"], oneline(dep["error"], 100))).rstrip())
+    if dependents:
+        say("waited for by:")
+        for dependent in dependents:
+            say("  %s  %s" % (dependent["id"], dependent["state"]))
 
 
 def cmd_schedules(conn, args):
@@ -250,6 +270,14 @@ def cmd_watch(conn, args):
         return 0
 
 
+def cmd_signal(conn, args):
+    options = json.dumps({"keep": args.keep}) if args.keep else None
+    woken = one(conn, "SELECT tq_signal(?, ?%s)" % (", ?" if options else ""),
+                args.name, args.payload, *([options] if options else []))
+    say("%s: sent; %d %s waiting for it %s" % (
+        args.name, woken, "job" if woken == 1 else "jobs", "runs again" if woken == 1 else "run again"))
+
+
 def cmd_retry(conn, args):
     job = get_job(conn, args)
     if one(conn, "SELECT tq_retry(?)", args.id):
@@ -263,7 +291,7 @@ def cmd_cancel(conn, args):
     if one(conn, "SELECT tq_cancel(?)", args.id):
         say("%s: cancelled (it was %s)" % (args.id, job["state"]))
     else:
-        raise Failure("job %r is %s: only scheduled, waiting or running jobs can be cancelled"
+        raise Failure("job %r is %s: only scheduled, waiting, blocked or running jobs can be cancelled"
                       % (args.id, job["state"]), 1)
 
 
@@ -375,8 +403,14 @@ def parser():
     c.add_argument("--interval", type=float, default=0.2, help=argparse.SUPPRESS)
     c = command("retry", cmd_retry, "a failed job waits again, with a fresh attempt budget")
     c.add_argument("id", metavar="ID")
-    c = command("cancel", cmd_cancel, "remove a scheduled, waiting or running job")
+    c = command("cancel", cmd_cancel, "remove a scheduled, waiting, blocked or running job")
     c.add_argument("id", metavar="ID")
+    c = command("signal", cmd_signal, "send a signal (tq_signal): every job waiting for it gets the "
+                "payload and runs again; a wait that begins later gets it at once while it is kept")
+    c.add_argument("name", metavar="NAME", help="the signal's name, as the job waits for it (approve:ticket-1)")
+    c.add_argument("payload", metavar="PAYLOAD", nargs="?", default="null",
+                   help="JSON or text the jobs get (default: null)")
+    c.add_argument("--keep", metavar="DURATION", help="how long it is kept for later waits (default 7d)")
     c = command("pause", set_paused(True), "stop claiming a queue's jobs")
     c.add_argument("queue", metavar="QUEUE")
     c = command("resume", set_paused(False), "claim a paused queue's jobs again")

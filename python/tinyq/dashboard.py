@@ -8,7 +8,8 @@ through tinyq's own functions (tq_cancel, tq_retry, tq_queue).
     GET  /api/state            {db, now, queues (tq_stats + settings), running, failed, chart, schedules}
     GET  /api/jobs?queue=Q&state=S[&group=G][&prefix=P][&after=ID][&limit=N]   {jobs, next}
     GET  /api/job/<id>[?since=SEQ]   {job (tq_get; null when gone but its events are kept: cancelled),
-                                      steps (tq_steps), timeline (its events after SEQ)}
+                                      steps (tq_steps), timeline (its events after SEQ),
+                                      deps (tq_deps), dependents (the jobs waiting for it)}
     GET  /metrics              Prometheus text format
     POST /api/cancel  {"id": ID}                       -> {"cancelled": true or false}
     POST /api/retry   {"id": ID} or {"queue": Q}       -> {"retried": true or false} or {"retried": n}
@@ -252,7 +253,7 @@ def metrics_text(conn, stats, starts, failures, schedules, now):
             out.append("%s{%s} %s" % (name, text, value))
 
     family("tinyq_jobs", "gauge", "Jobs by queue and state.",
-           [((("queue", q["queue"]), ("state", s)), q[s]) for q in stats for s in views.STATES])
+           [((("queue", q["queue"]), ("state", s)), q[s]) for q in stats for s in views.STATES if s in q])
     family("tinyq_running_leases", "gauge", "Running jobs whose lease has not run out.",
            [((("queue", q["queue"]),), q["leases"]) for q in stats])
     family("tinyq_oldest_waiting_seconds", "gauge", "How long the longest-waiting due job has been due.",

@@ -10,7 +10,7 @@ import urllib.parse
 from ._connection import load
 
 # The states of a job, in the order the lists show them.
-STATES = ("waiting", "scheduled", "running", "done", "failed")
+STATES = ("waiting", "scheduled", "blocked", "running", "done", "failed")
 # A list row: what a table shows; payload, result and meta are on the job's page.
 LIST_COLUMNS = ("id, queue, state, group_key, priority, attempt, run_at, lease_until, worker, "
                 "error, progress, created_at, settled_at")
@@ -111,10 +111,39 @@ def job_story(conn, job_id, since=0):
     timeline = dicts(conn, "SELECT seq, state, attempt, at, detail FROM tq_watch WHERE job = ? AND since = ?",
                      job_id, since)
     if job is None:     # a cancelled job is gone, but its events are kept: job None
-        return {"job": None, "steps": [], "timeline": _workers(timeline, {})} if timeline or since else None
+        return {"job": None, "steps": [], "timeline": _workers(timeline, {}), "deps": [], "dependents": []} \
+            if timeline or since else None
     steps = dicts(conn, "SELECT name, attempt, value, created_at FROM tq_steps(?)", job_id)
     workers = {job["attempt"]: job["worker"]} if job["attempt"] else {}
-    return {"job": job, "steps": steps, "timeline": _workers(timeline, workers)}
+    return {"job": job, "steps": steps, "timeline": _workers(timeline, workers),
+            "deps": deps(conn, job_id), "dependents": dependents(conn, job_id)}
+
+
+def deps(conn, job_id):
+    """The jobs `job_id` waits or waited for (tq_deps): [{id, state, error}] (the results are
+    on their own pages); [] before workflows (schema 7)."""
+    return _workflow_rows(conn, "SELECT id, state, error FROM tq_deps(?)", job_id)
+
+
+def dependents(conn, job_id, limit=100):
+    """The jobs that wait or waited for `job_id`, the first `limit` by id: [{id, state}]."""
+    return _workflow_rows(conn, DEPENDENTS, job_id, limit)
+
+
+# The store's edges (schema 7): a tinyq_deps row per (dep, job) of job seqs, keyed by dep; a
+# job that goes takes its edges with it. In add order of the dependents.
+DEPENDENTS = ("SELECT w.id AS id, tq_get(w.id) ->> 'state' AS state FROM main.tinyq_jobs d "
+              "JOIN main.tinyq_deps e ON e.dep = d.seq JOIN main.tinyq_jobs w ON w.seq = e.job "
+              "WHERE d.id = ? ORDER BY e.job LIMIT ?")
+
+
+def _workflow_rows(conn, sql, *args):
+    try:
+        return dicts(conn, sql, *args)
+    except sqlite3.OperationalError as err:
+        if "no such table" in str(err):
+            return []
+        raise
 
 
 def _workers(timeline, workers):

@@ -17,6 +17,7 @@ async function handler(payload, run) {
   fs.appendFileSync(log, `${run.id} ${run.attempt} ${process.pid}\n`);
   if (handlerSpec.sleep_ms) await new Promise((resolve) => setTimeout(resolve, handlerSpec.sleep_ms));
   if ('snooze' in handlerSpec) run.snooze(handlerSpec.snooze);
+  if (handlerSpec.durable_sleep_ms) await run.sleep('nap', handlerSpec.durable_sleep_ms);
   const make = results[handlerSpec.result];
   return make ? make() : handlerSpec.result;
 }

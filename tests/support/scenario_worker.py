@@ -49,6 +49,8 @@ def threads(db, log, spec):
             time.sleep(handler_spec["sleep_ms"] / 1000.0)
         if "snooze" in handler_spec:
             run.snooze(handler_spec["snooze"])
+        if handler_spec.get("durable_sleep_ms"):
+            run.sleep("nap", handler_spec["durable_sleep_ms"])
         return result_of(handler_spec)
     return tinyq.Queue(db, "q").work(handler, **work_options(spec))
 
@@ -62,6 +64,8 @@ def asyncio_(db, log, spec):
             await asyncio.sleep(handler_spec["sleep_ms"] / 1000.0)
         if "snooze" in handler_spec:
             run.snooze(handler_spec["snooze"])
+        if handler_spec.get("durable_sleep_ms"):
+            await run.sleep("nap", handler_spec["durable_sleep_ms"])
         return result_of(handler_spec)
     return asyncio.run(tinyq.AsyncQueue(db, "q").work(handler, **work_options(spec)))
 

@@ -66,3 +66,23 @@ void viaBun.db;
 open('app.db', { driver: 'sqlite3' });
 // @ts-expect-error: not a Database
 new Queue({ prepare: 1 }, 'q');
+
+// Workflows: after / after_failed, signals, and a handler that waits
+const page = replies.add({ messageId: 2 }, { id: 'page:2' });
+replies.add({ messageId: 3 }, { after: [page], after_failed: 'run' });
+// @ts-expect-error: after_failed is 'fail', 'run' or 'cancel'
+replies.add({ messageId: 3 }, { after: [page], after_failed: 'skip' });
+const woken: number = replies.signal('approve:ticket-1', { by: 'lee' }, { keep: '1d' });
+void woken;
+const deps = replies.deps<{ summary: string }>('collect');
+const firstSummary: string | undefined = deps[0]?.result?.summary;
+void firstSummary;
+replies.work(async (_payload, run) => {
+  const summaries: string[] = await run.waitFor<string>(['page:1', 'page:2']);
+  const approval = await run.waitSignal<{ by: string }>('approve:ticket-1', '7d');
+  const by: string | undefined = approval?.by;
+  await run.sleep('cool-off', '10m');
+  // @ts-expect-error: a sleep needs its name
+  await run.sleep('10m');
+  return { summaries, by };
+});
