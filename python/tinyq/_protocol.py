@@ -324,11 +324,11 @@ def stop_on_signals(stop: Callable[[], None], loop: Any = None) -> Callable[[], 
                 os.kill(os.getpid(), signum)
             return
         signalled.add(signum)
+        if loop is None:
+            restore()         # before saying so: a second signal from now on acts as before
         log.info("tinyq: signal %s: finishing the work in flight (a second one stops waiting)", signum)
         stop()
-        if loop is None:
-            restore()
-        elif app is not None:
+        if loop is not None and app is not None:
             app._run()
 
     for sig in (signal.SIGTERM, signal.SIGINT):
