@@ -123,11 +123,14 @@ soak: deps $(EXT) node/node_modules
 # liteque and plainjob (npm, under bench/work/node/): bench/results/workers.md.
 # bench/idle.py: CPU of 1, 20 and 100 idle work() calls and the add-to-start latency: bench/results/idle.md.
 # bench/scale.py: the cost of one call as the store grows (COST-01): bench/results/scale.md and scale.png.
+# BENCH_BEFORE: the helpers as of that commit are measured beside the current ones in
+# bench/workers.py (the last commit before group commit, issue 25: its "before").
+BENCH_BEFORE ?= 783af4e
 bench: deps $(EXT) node/node_modules
 	$(PY) bench/lifecycle.py
 	$(PY) bench/lifecycle.py --floor-variants
 	$(PY) bench/peers.py
-	$(PY) bench/workers.py
+	$(PY) bench/workers.py --before $(BENCH_BEFORE)
 	$(PY) bench/idle.py
 	$(PY) bench/scale.py
 	$(PY) bench/durability.py
@@ -136,7 +139,7 @@ bench-quick: deps $(EXT) node/node_modules
 	$(PY) bench/lifecycle.py --quick
 	$(PY) bench/lifecycle.py --quick --floor-variants
 	$(PY) bench/peers.py --quick
-	$(PY) bench/workers.py --quick
+	$(PY) bench/workers.py --quick --before $(BENCH_BEFORE)
 	$(PY) bench/idle.py --quick
 	$(PY) bench/scale.py --quick
 	$(PY) bench/durability.py --quick

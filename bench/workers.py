@@ -37,9 +37,12 @@ EXT = os.path.join(ROOT, "dist", "tinyq")
 PY = "/usr/bin/python3"
 
 SIZES = {
-    "quick": dict(threads=2_000, asyncio=5_000, node=3_000, wakes=20, repeats=1),
-    "full": dict(threads=10_000, asyncio=20_000, node=10_000, wakes=60, repeats=3),
+    "quick": dict(threads=2_000, asyncio=5_000, node=3_000, wakes=20, steps=4_000, repeats=1),
+    "full": dict(threads=10_000, asyncio=20_000, node=10_000, wakes=60, steps=4_000, repeats=3),
 }
+STEP_SLEEP = 0.2       # the kept-step workload: a model call of 0.2 s whose answer is a step
+STEP_C = 1000          # ... at concurrency 1,000 (asyncio, Node; huey's consumer: 1,000 threads)
+STEP_THREADS = 200     # ... and 200 threads for Queue.work
 
 
 def log(msg, started=[time.monotonic()]):
@@ -109,7 +112,15 @@ def child_threads(spec):
     left = [spec["n"]]
     lock = threading.Lock()
 
+    def model():
+        time.sleep(spec["sleep"])
+        return {"text": "an answer"}
+
     def handler(payload, run):
+        if spec.get("step"):      # a model call, its answer kept: one synced write per job
+            run.step("answer", model)
+        elif spec.get("sleep"):
+            model()
         with lock:
             left[0] -= 1
             if left[0] == 0:
@@ -131,8 +142,15 @@ def child_asyncio(spec):
         q = tinyq.AsyncQueue(spec["path"], "q")
         left = [spec["n"]]
 
-        async def handler(payload, run):
+        async def model():
             await asyncio.sleep(spec["sleep"])
+            return {"text": "an answer"}
+
+        async def handler(payload, run):
+            if spec.get("step"):   # the model call's answer kept: one synced write per job
+                await run.step("answer", model)
+            else:
+                await model()
             left[0] -= 1
             if left[0] == 0:
                 q.stop()
@@ -160,12 +178,24 @@ def child_huey(spec):
             return conn
 
     huey = SqliteHuey("bench", filename=spec["path"], storage_class=Storage)
+    if spec.get("sleep"):   # the result's write ends the task: count them as they land
+        from huey.signals import SIGNAL_COMPLETE
+
+        @huey.signal(SIGNAL_COMPLETE)
+        def completed(signal, task):
+            with lock:
+                left[0] -= 1
+                if left[0] == 0:
+                    finished.set()
     left = [spec["n"]]
     lock = threading.Lock()
     finished = threading.Event()
 
     @huey.task()
     def job(payload):
+        if spec.get("sleep"):
+            time.sleep(spec["sleep"])
+            return {"text": "an answer"}    # huey keeps a task's result: one write, as a step
         with lock:
             left[0] -= 1
             if left[0] == 0:
@@ -176,8 +206,9 @@ def child_huey(spec):
             for i in range(spec["n"]))
     with storage.db(commit=True) as curs:
         curs.executemany("insert into task (queue, data, priority) values (?, ?, ?)", rows)
+    delay = spec.get("delay", 0.001)
     consumer = huey.create_consumer(workers=spec["c"], worker_type="thread", periodic=False,
-                                    initial_delay=0.001, max_delay=0.001, backoff=1.0,
+                                    initial_delay=delay, max_delay=delay, backoff=1.0,
                                     check_worker_health=False)
     t0 = time.perf_counter()
     consumer.start()
@@ -290,16 +321,31 @@ def main():
     for peer in ("liteque", "plainjob"):
         for c in (1, 8):
             add(peer, c, PY, dict(kind="node-" + peer, c=c, n=size["node"]))
+    # The kept-step workload (issue 25's seed): each handler keeps a 0.2 s model call's answer
+    # as a step, the helpers at their default durability (synchronous=FULL); huey's consumer
+    # runs the same call as a task whose result it keeps (SqliteHuey, synchronous=FULL).
+    step = dict(sleep=STEP_SLEEP, step=True, n=size["steps"])
+    for label, where in versions:
+        add("%s `AsyncQueue.work` (asyncio, c=%d)" % (label, STEP_C), "steps", PY,
+            dict(step, kind="asyncio", python=where["python"], c=STEP_C))
+    for label, where in versions:
+        add("%s Node `work` (c=%d)" % (label, STEP_C), "steps", PY,
+            dict(step, kind="node-tinyq", module=where["node"], c=STEP_C))
+    for label, where in versions:
+        add("%s `Queue.work` (%d threads)" % (label, STEP_THREADS), "steps", PY,
+            dict(step, kind="threads", python=where["python"], c=STEP_THREADS))
+    add("huey 3.5.4 consumer (SqliteHuey, WAL, synchronous=FULL, %d thread workers, delays 10 ms)" % STEP_C,
+        "steps", venv_py, dict(kind="huey", c=STEP_C, n=size["steps"], sync="FULL", sleep=STEP_SLEEP, delay=0.01))
     for label, where in versions:
         add(label, "asyncio", PY, dict(kind="asyncio", python=where["python"], c=1000, sleep=0.2, n=size["asyncio"]))
         add(label, "wake", PY, dict(kind="node-wake", module=where["node"], n=size["wakes"]))
     results = measure_all(plan, repeats)
     rows = [(worker, column, results[i]) for worker, column, i in table]
     report(args, [r for r in rows if r[1] in (1, 8)], [(w, r) for w, c, r in rows if c == "asyncio"],
-           [(w, r) for w, c, r in rows if c == "wake"])
+           [(w, r) for w, c, r in rows if c == "wake"], [(w, r) for w, c, r in rows if c == "steps"])
 
 
-def report(args, rows, asyncio_runs, wakes):
+def report(args, rows, asyncio_runs, wakes, steps):
     lines = ["# Workers: tinyq's helpers beside huey, liteque and plainjob", "",
              "Written by `bench/workers.py%s%s` on %s (%s, %d cores, Python %s, SQLite via Debian's "
              "python3). One process, prefilled queue, no-op handler; best of %d rounds, run round-robin." % (
@@ -317,6 +363,13 @@ def report(args, rows, asyncio_runs, wakes):
     lines += ["", "asyncio: `AsyncQueue.work`, handlers that each `await asyncio.sleep(0.2)`, "
               "concurrency 1,000, one process (the ideal is 5,000 jobs/s):", ""]
     for label, result in asyncio_runs:
+        lines.append("- %s: %s" % (label, rate(result)))
+    lines += ["", "Kept steps (issue 25): %s jobs, each handler keeps a %.1f s model call's answer as a "
+              "step (`run.step`), the helpers at their default durability (synchronous=FULL: a kept step "
+              "is on disk before the handler goes on); huey runs the same call as a task whose result it "
+              "keeps. The ideal at concurrency 1,000 is 5,000 jobs/s (200 threads: 1,000 jobs/s):" % (
+                  "{:,}".format(SIZES["quick" if args.quick else "full"]["steps"]), STEP_SLEEP), ""]
+    for label, result in steps:
         lines.append("- %s: %s" % (label, rate(result)))
     lines += ["", "Node idle wake-up: median from `tq_add` on another connection to the handler's "
               "start, the worker idle in between:", ""]

@@ -43,8 +43,15 @@ const kinds = {
     db.transaction(() => { for (let i = 0; i < spec.n; i++) add.get(`{"n": ${i}}`); })();
     db.close();
     const q = new tinyq.Queue(spec.path, 'q');
+    // spec.sleep: a model call of that many seconds, its answer kept as a step (spec.step)
+    const model = () => sleep(spec.sleep * 1000).then(() => ({ text: 'an answer' }));
+    const slow = (handler) => async (payload, run) => {
+      if (spec.step) await run.step('answer', model);
+      else await model();
+      return handler();
+    };
     return drain(spec.n, (handler) => {
-      const working = q.work(handler, { concurrency: spec.c, prefetch: spec.prefetch });
+      const working = q.work(spec.sleep ? slow(handler) : handler, { concurrency: spec.c, prefetch: spec.prefetch });
       return () => q.stop().then(() => working);
     });
   },

@@ -6,7 +6,8 @@
 // Each adapter: open(file, options), load(db, path), prepare(db, sql), get(stmt, args) (the first
 // row as a plain object, or undefined), all(stmt, args), run(stmt, args),
 // exec(db, sql), transaction(db, fn) (a function running fn in BEGIN IMMEDIATE, or in a
-// savepoint inside the caller's transaction), close(db), file(db) (null for :memory:).
+// savepoint inside the caller's transaction), inTransaction(db), close(db), file(db) (null for
+// :memory:).
 
 const NAMES = ['better-sqlite3', 'node:sqlite', 'bun:sqlite'];
 
@@ -29,6 +30,7 @@ const betterSqlite3 = {
   run: (stmt, args) => stmt.run(...args),
   exec: (db, sql) => db.exec(sql),
   transaction: (db, fn) => db.transaction(fn).immediate,
+  inTransaction: (db) => db.inTransaction,
   close: (db) => db.close(),
   file: (db) => (db.memory ? null : memory(db.name)),
 };
@@ -89,6 +91,7 @@ const nodeSqlite = {
       }
     };
   },
+  inTransaction: (db) => db.isTransaction !== false, // isTransaction: Node 22.16 and later
   close: (db) => db.close(),
   file: (db) => memory(typeof db.location === 'function' ? db.location() : null),
 };

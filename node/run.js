@@ -23,8 +23,9 @@ class Cancelled extends Outcome {
 }
 
 class Run {
-  constructor(db, job) {
+  constructor(db, job, writes) {
     this.db = db; // the worker's connection, for the handler's own SQL
+    this._writes = writes; // the worker's group commit (group.js)
     this.id = job.id;
     this.attempt = job.attempt;
     this.group = job.group_key;
@@ -50,7 +51,7 @@ class Run {
     let kept = one(this.db, 'SELECT tq_step_get(?, ?)', this.id, name);
     if (kept === null) {
       const value = JSON.stringify((await fn()) ?? null);
-      kept = one(this.db, 'SELECT tq_step_put(?, ?, ?, ?)', this.id, this.attempt, name, value);
+      kept = await this._writes.call('tq_step_put', this.id, this.attempt, name, value); // once committed
       if (kept === null) {
         this._cancel();
         throw new Cancelled(`step "${name}" not kept: attempt ${this.attempt} of ${this.id} no longer holds the job`);

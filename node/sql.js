@@ -143,6 +143,12 @@ function thrownText(value) {
   return String(value);
 }
 
+/** A busy or locked store (another connection holds the write lock). */
+function isBusy(err) {
+  return /SQLITE_BUSY|SQLITE_LOCKED/.test(err && err.code) || /locked|busy/i.test(err && err.message);
+}
+
 module.exports = {
   extensionPath, packagedPath, load, open, exec, close, fileOf, transaction, one, rows, encode, decode, options, errorText,
+  isBusy,
 };

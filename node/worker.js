@@ -6,8 +6,9 @@ const os = require('os');
 const path = require('path');
 const util = require('util');
 const { AsyncLocalStorage } = require('async_hooks');
-const { close, decode, encode, errorText, extensionPath, fileOf, one, open, options, rows, transaction } = require('./sql.js');
+const { close, decode, encode, errorText, extensionPath, fileOf, isBusy, one, open, options, rows, transaction } = require('./sql.js');
 const { adapterOf } = require('./drivers.js');
+const { GroupCommit } = require('./group.js');
 const { Outcome, Run } = require('./run.js');
 
 // -- the worker loop -------------------------------------------------------------------
@@ -125,6 +126,7 @@ async function workLoop(queue, handler, opts) {
   const driver = adapterOf(queue.db).name; // the worker's connections use the Queue's driver
   const db = open(file, { driver }); // the worker's own connection: never inside the caller's transaction
   const claimSql = claimStatement(db, claimOpts);
+  const writes = new GroupCommit(db); // the step puts, settles and claims of one turn: one commit
   const waiter = startWaiter(file, queue.name, driver);
   const inflight = new Set();
   const heartbeat = startHeartbeat(db, opts.lease ?? null);
@@ -168,14 +170,15 @@ async function workLoop(queue, handler, opts) {
         }
       }
       const want = free > 0 ? Math.min(free + pace.ahead(), MAX_CLAIM) : 0;
-      const runs = settleAndClaim(db, finished.splice(0), want > 0 ? claimSql : null, claimArgs(want))
-        .map((job) => new Run(db, job));
+      const runs = (await settleAndClaim(writes, finished.splice(0), want > 0 ? claimSql : null, claimArgs(want)))
+        .map((job) => new Run(db, job, writes));
       for (const run of runs.slice(free)) {
         heartbeat.add(run);
         ahead.push(run);
       }
       runs.slice(0, free).forEach(start);
-      if (free > 0 && runs.length < free) await nap(poll, true); // idle places: sleep in the waiter's tq_wait
+      // idle places: sleep in the waiter's tq_wait (unless stop() came while the claim committed)
+      if (free > 0 && runs.length < free && !queue._stopping) await nap(poll, true);
     }
   } finally {
     process.removeListener('SIGTERM', onSignal);
@@ -184,7 +187,7 @@ async function workLoop(queue, handler, opts) {
     // Jobs claimed ahead go back in line: a snooze of 0 does not use up a try.
     const back = ahead.splice(0).filter((run) => !run.cancelled).map((run) => [run, 'snooze', 0]);
     try {
-      settleAndClaim(db, finished.splice(0).concat(back), null, []);
+      await settleAndClaim(writes, finished.splice(0).concat(back), null, []);
     } finally { // a last settle that fails still stops the heartbeat and the waiter
       heartbeat.close();
       close(db);
@@ -195,29 +198,21 @@ async function workLoop(queue, handler, opts) {
 }
 
 /** The settles of every handler that ended since the last turn, and the claim of the free
- * places (claimSql null: none), in one transaction: one commit for several jobs. Busy: tried
- * three times, then the settles are dropped (their leases run out and the jobs run again). */
-function settleAndClaim(db, batch, claimSql, args) {
+ * places (claimSql null: none), as one write of the next group commit (with the step puts of
+ * this turn). Busy every time: the settles are dropped (their leases run out and the jobs
+ * run again) and the claim returns nothing. */
+async function settleAndClaim(writes, batch, claimSql, args) {
   if (batch.length === 0 && claimSql === null) return [];
-  const body = transaction(db, () => {
-    for (const [run, outcome, value] of batch) settleIn(db, run, outcome, value);
-    return claimSql === null ? [] : rows(db, claimSql, ...args);
-  });
-  for (let attempt = 1; ; attempt++) {
-    try {
-      return body();
-    } catch (err) {
-      if (!isBusy(err)) throw err;
-      if (attempt === 3) {
-        console.error(`tinyq: settling ${batch.length} jobs / claiming failed: ${err.message}`);
-        return [];
-      }
-    }
+  try {
+    return await writes.write((db) => {
+      for (const [run, outcome, value] of batch) settleIn(db, run, outcome, value);
+      return claimSql === null ? [] : rows(db, claimSql, ...args);
+    });
+  } catch (err) {
+    if (!isBusy(err)) throw err;
+    console.error(`tinyq: settling ${batch.length} jobs / claiming failed: ${err.message}`);
+    return [];
   }
-}
-
-function isBusy(err) {
-  return /SQLITE_BUSY|SQLITE_LOCKED/.test(err && err.code) || /locked|busy/i.test(err && err.message);
 }
 
 /** The queue whose handler is running (in a handler's async context): stop() called there

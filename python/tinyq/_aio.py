@@ -11,9 +11,11 @@ async handlers, many at once, without ever blocking the event loop.
     await replies.work(answer, concurrency=1000)   # until replies.stop(), SIGTERM or SIGINT
 
 Every SQLite call runs on a thread of its own (one for the queue's methods, one for each
-work()), never on the loop. The loop batches: the handlers that finished since its last
-turn are settled, and the free places filled by one claim, in one transaction. When the
-queue is empty, a third thread sleeps in tq_wait and wakes the loop.
+work()), never on the loop. Writes are group-committed (_group.py): the step puts,
+progress, settles, claim and renewals asked for while the work's thread commits the last
+group go to the store together, in one transaction, each handler resumed once its own
+write has committed. When the queue is empty, a third thread sleeps in tq_wait and wakes
+the loop.
 """
 from __future__ import annotations
 
@@ -29,13 +31,14 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Awaitable, Callable, Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
 from ._connection import OwnedConnection, open as open_conn
-from ._context import RunBase, current_run
-from ._protocol import (PROGRESS, STEP_GET, STEP_PUT, WAITER_JOIN_S, check_work_args, claim_args,
-                        claim_sql, lease_options, lease_pairs, lease_value, outcome_of_exception, renew_all,
-                        renew_soon, renewed, result_outcome, schedule_renewal, settle_and_claim, stop_on_signals,
-                        wait_for_work, worker_name)
+from ._context import RunBase, current_run, is_busy
+from ._group import Write, run_turn
+from ._protocol import (WAITER_JOIN_S, check_work_args, claim_args,
+                        claim_sql, lease_options, lease_pairs, lease_value, outcome_of_exception, renew_in,
+                        renew_soon, renewed, result_outcome, schedule_renewal, settle_and_claim_in,
+                        stop_on_signals, wait_for_work, worker_name)
 from ._queue import Queue
-from ._sql import _decode, _encode, _one
+from ._sql import _decode, _encode
 
 log = logging.getLogger("tinyq")
 
@@ -52,6 +55,9 @@ class _DbThread:
         self._name = name
         self._pid = 0
         self._pool: Optional[ThreadPoolExecutor] = None
+        # for the next turn of the thread: (write, is it a read, its caller's future)
+        self._pending: List[Tuple[Write, bool, "asyncio.Future[Any]"]] = []
+        self._committer: Optional["asyncio.Task[None]"] = None
 
     def _run(self, fn: Callable[..., Any], args: tuple) -> Any:
         with self._owned.lock:
@@ -65,6 +71,49 @@ class _DbThread:
 
     async def call(self, fn: Callable[..., Any], *args: Any) -> Any:
         return await asyncio.get_running_loop().run_in_executor(self._executor(), self._run, fn, args)
+
+    async def write(self, write: Write) -> Any:
+        """`write` in the next group commit: its answer (or its error) once the transaction
+        that holds it has committed. Writes asked for in the same turn of the loop, or while
+        the thread commits the previous group, share one commit."""
+        return await self._next_turn(write, False)
+
+    async def read(self, read: Write) -> Any:
+        """`read` in the next turn of the thread, beside the other reads asked for
+        meanwhile (one hop to the thread for all of them), outside a transaction."""
+        return await self._next_turn(read, True)
+
+    async def _next_turn(self, write: Write, read: bool) -> Any:
+        future = asyncio.get_running_loop().create_future()
+        self._pending.append((write, read, future))
+        if self._committer is None:
+            self._committer = asyncio.ensure_future(self._turns())
+        return await future
+
+    async def _turns(self) -> None:
+        """Runs the pending reads and commits the pending writes, one group per turn of the
+        thread, until none is left."""
+        try:
+            while self._pending:
+                turn, self._pending = self._pending, []
+                reads = [write for write, read, _ in turn if read]
+                writes = [write for write, read, _ in turn if not read]
+                try:
+                    await self.call(run_turn, reads, writes)
+                except BaseException as exc:   # no connection, or cancelled: every caller hears it
+                    error = exc if isinstance(exc, Exception) else RuntimeError(
+                        "tinyq: the group commit was interrupted (%r)" % (exc,))
+                    for _, _, future in turn:
+                        if not future.done():
+                            future.set_exception(error)
+                    if error is not exc:
+                        raise
+                    continue
+                for write, _, future in turn:
+                    if not future.done():
+                        _resolve(future, write)
+        finally:
+            self._committer = None
 
     async def close(self) -> None:
         if self._pool is not None and self._pid == os.getpid():
@@ -84,19 +133,19 @@ class AsyncRun(RunBase):
     async def step(self, name: str, fn: Callable[[], Any]) -> Any:
         """The answer kept under `name` by any attempt; else fn()'s answer (awaited when
         fn returns an awaitable), kept as JSON."""
-        kept = await self._db.call(_one, STEP_GET, self.id, name)
+        kept = await self._db.read(Write.call("tq_step_get", self.id, name))
         if kept is None:
             value = fn()
             if inspect.isawaitable(value):
                 value = await value
-            kept = await self._db.call(_one, STEP_PUT, self.id, self.attempt, name, json.dumps(value))
+            kept = await self._db.write(Write.call("tq_step_put", self.id, self.attempt, name, json.dumps(value)))
             if kept is None:
                 self._lost_step(name)
         return _decode(kept)
 
     async def progress(self, value: Any) -> bool:
         """Record progress (text as is, anything else as JSON); False when the job is gone."""
-        ok = bool(await self._db.call(_one, PROGRESS, self.id, self.attempt, _encode(value)))
+        ok = bool(await self._db.write(Write.call("tq_progress", self.id, self.attempt, _encode(value))))
         if not ok:
             self.cancelled = True
         return ok
@@ -211,7 +260,7 @@ class _AsyncWork:
                     batch, self.finished = self.finished, []
                     args = None if want == 0 else claim_args(self.queue.name, self.worker, want,
                                                              self.lease_options)
-                    jobs = await self.db.call(settle_and_claim, sql, batch, args)
+                    jobs = await self.settle_and_claim(sql, batch, args)
                     for job in jobs:
                         self.start(job)
                     if want and len(jobs) < want:
@@ -236,7 +285,7 @@ class _AsyncWork:
             await asyncio.gather(*self.tasks, return_exceptions=True)
         try:
             if self.finished:
-                await self.db.call(settle_and_claim, sql, self.finished, None)
+                await self.settle_and_claim(sql, self.finished, None)
         finally:  # a last settle that fails still leaves the queue ready for another work()
             heartbeat.cancel()
             await asyncio.gather(heartbeat, return_exceptions=True)
@@ -244,6 +293,19 @@ class _AsyncWork:
             await waiter.ended()
             self.queue._work = None
             self.queue._stopping = False
+
+    async def settle_and_claim(self, sql: str, settles: List[Tuple[AsyncRun, str, Any]],
+                               args: Optional[tuple]) -> List[Dict[str, Any]]:
+        """The settles and the claim (args given: tq_claim's) as one write of the next group
+        commit. Busy every time: the settles are dropped (their leases run out and the jobs
+        run again) and the claim returns nothing."""
+        try:
+            return await self.db.write(Write(settle_and_claim_in, (sql, settles, args)))
+        except Exception as exc:
+            if not is_busy(exc):
+                raise
+            log.error("tinyq: settling %d jobs / claiming failed: %s", len(settles), exc)
+            return []
 
     def start(self, job: Dict[str, Any]) -> None:
         self.handled += 1
@@ -283,7 +345,7 @@ class _AsyncWork:
                 continue
             runs = list(self.runs)
             try:
-                leases = await self.db.call(renew_all, lease_pairs(runs), self.lease)
+                leases = await self.db.write(Write(renew_in, (lease_pairs(runs), self.lease)))
             except Exception as exc:
                 # Busy or not (a full disk...), try again soon: a heartbeat that ended here
                 # would let every lease run out while its handler still works.
@@ -401,6 +463,13 @@ class AsyncQueue:
 
     def __repr__(self) -> str:
         return "AsyncQueue(%r, %r)" % (self.path, self.name)
+
+
+def _resolve(future: "asyncio.Future[Any]", write: Write) -> None:
+    if write.error is not None:
+        future.set_exception(write.error)
+    else:
+        future.set_result(write.value)
 
 
 async def _uncancellable(cleanup: Awaitable[None]) -> None:

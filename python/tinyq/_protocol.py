@@ -14,7 +14,7 @@ import time
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from ._context import Outcome, RunBase, error_text, is_busy
-from ._sql import _ms, _one, _rows, transaction
+from ._sql import _ms, _one, _rows, atomic, transaction
 
 log = logging.getLogger("tinyq")
 
@@ -113,20 +113,43 @@ def settle_and_claim(conn: Any, claim: str, settles: List[Tuple[RunBase, str, An
     """Settle every finished run and claim (args given: tq_claim's) in one transaction: one
     commit for several jobs. Busy: tried `tries` times, then the settles are dropped (their
     leases run out and the jobs run again) and the claim returns nothing."""
-    def body() -> List[Dict[str, Any]]:
-        for run, outcome, value in settles:
-            settle_in(conn, run, outcome, value)
-        return [] if args is None else claim_in(conn, claim, args)
-
     for attempt in range(tries):
         try:
-            return transaction(conn, body)
+            return transaction(conn, lambda: settle_and_claim_in(conn, claim, settles, args))
         except Exception as exc:
             if not is_busy(exc):
                 raise
             if attempt == tries - 1:
                 log.error("tinyq: settling %d jobs / claiming failed: %s", len(settles), exc)
     return []
+
+
+def settle_and_claim_in(conn: Any, claim: str, settles: List[Tuple[RunBase, str, Any]],
+                        args: Optional[tuple]) -> List[Dict[str, Any]]:
+    """settle_and_claim's work inside the caller's transaction (a group commit's)."""
+    settle_all_in(conn, settles)
+    return [] if args is None else claim_in(conn, claim, args)
+
+
+# Every settle of a batch in one statement: one statement, not hundreds, for the SQL thread
+# (each one waits for the GIL on a busy event loop). A missing value is NULL to tq_settle.
+SETTLE_ALL = ("SELECT tq_settle(json_extract(value, '$[0]'), json_extract(value, '$[1]'), "
+              "json_extract(value, '$[2]'), json_extract(value, '$[3]')) FROM json_each(?)")
+
+
+def settle_all_in(conn: Any, settles: List[Tuple[RunBase, str, Any]]) -> None:
+    """Every settle in one statement (a savepoint of its own); if the extension refuses one
+    of them, the statement is rolled back and each is settled alone (settle_in)."""
+    if len(settles) > 1:
+        pairs = json.dumps([[run.id, run.attempt, outcome, value] for run, outcome, value in settles])
+        try:
+            atomic(conn, lambda: _rows(conn, SETTLE_ALL, pairs))
+            return
+        except Exception as exc:
+            if is_busy(exc):
+                raise
+    for run, outcome, value in settles:
+        settle_in(conn, run, outcome, value)
 
 
 MAX_CLAIM = 1000   # tq_claim's n is 1 to 1000: a larger want is claimed in parts
@@ -213,7 +236,12 @@ RENEW_ALL = ("SELECT tq_renew(json_extract(value, '$[0]'), json_extract(value, '
 def renew_all(conn: Any, pairs: str, lease: Any = None) -> List[Any]:
     """tq_renew of every [id, attempt] in `pairs` (JSON) by `lease` (work()'s, None: the
     queue's), in one statement of one transaction."""
-    return [row[0] for row in transaction(conn, lambda: _rows(conn, RENEW_ALL, lease, pairs))]
+    return transaction(conn, lambda: renew_in(conn, pairs, lease))
+
+
+def renew_in(conn: Any, pairs: str, lease: Any = None) -> List[Any]:
+    """renew_all's statement inside the caller's transaction (a group commit's)."""
+    return [row[0] for row in _rows(conn, RENEW_ALL, lease, pairs)]
 
 
 def lease_pairs(runs: List[RunBase]) -> str:

@@ -12,6 +12,7 @@ import time
 from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
 
 from ._context import Outcome, Cancelled, RunBase, current_run
+from ._group import Leader, Write
 from ._protocol import (PROGRESS, STEP_GET, STEP_PUT, WAITER_JOIN_S, check_work_args, claim_args,
                         claim_sql, lease_options, lease_pairs, lease_value, outcome_of_exception, renew_all,
                         renew_soon, renewed, result_outcome, schedule_renewal, settle_and_claim, stop_on_signals,
@@ -26,35 +27,34 @@ __all__ = ["Outcome", "Cancelled", "Run", "work_loop"]
 class Run(RunBase):
     """What a handler gets besides its payload: the attempt it runs and its controls."""
 
-    def __init__(self, conn: Any, job: Dict[str, Any], write_lock: Optional[threading.Lock] = None):
+    def __init__(self, conn: Any, job: Dict[str, Any], writes: Optional[Leader] = None):
         super().__init__(job)
         self.conn = conn                  # this thread's connection, for the handler's own SQL
         self._payload = job["payload"]
-        self._write_lock = write_lock
+        self._writes = writes
 
-    def _write(self, sql: str, *args: Any) -> Any:
-        """A short write of this run's own. Inside work() it takes the pool's write lock, so
-        threads of one process queue for SQLite's lock here rather than in its busy handler
-        (unless the handler has a transaction of its own open on run.conn)."""
-        lock = self._write_lock
-        if lock is None or getattr(self.conn, "in_transaction", False):
+    def _write(self, sql: str, function: str, *args: Any) -> Any:
+        """A short write of this run's own. Inside work() it joins the pool's group commit
+        (_group.Leader): the threads that wait for the pool's write lock meanwhile share one
+        commit, and threads of one process queue for SQLite's lock there rather than in its
+        busy handler. A handler with a transaction of its own open on run.conn writes in it."""
+        if self._writes is None or getattr(self.conn, "in_transaction", False):
             return _one(self.conn, sql, *args)
-        with lock:
-            return _one(self.conn, sql, *args)
+        return self._writes.write(self.conn, Write.call(function, *args))
 
     def step(self, name: str, fn: Callable[[], Any]) -> Any:
         """The answer kept under `name` by any attempt; else fn()'s answer, kept (as JSON)."""
         kept = _one(self.conn, STEP_GET, self.id, name)
         if kept is None:
             value = json.dumps(fn())
-            kept = self._write(STEP_PUT, self.id, self.attempt, name, value)
+            kept = self._write(STEP_PUT, "tq_step_put", self.id, self.attempt, name, value)
             if kept is None:
                 self._lost_step(name)
         return _decode(kept)
 
     def progress(self, value: Any) -> bool:
         """Record progress (text as is, anything else as JSON); False when the job is gone."""
-        ok = bool(self._write(PROGRESS, self.id, self.attempt, _encode(value)))
+        ok = bool(self._write(PROGRESS, "tq_progress", self.id, self.attempt, _encode(value)))
         if not ok:
             self.cancelled = True
         return ok
@@ -161,12 +161,12 @@ class _Heartbeat(threading.Thread):
 
 class _Request:
     """A thread's ask: claim `claim` jobs (0: only settle what is pending)."""
-    __slots__ = ("claim", "jobs", "served", "error")
+    __slots__ = ("claim", "jobs", "done", "error")
 
     def __init__(self, claim: int):
         self.claim = claim
         self.jobs: List[Dict[str, Any]] = []
-        self.served = False
+        self.done = False
         self.error: Optional[BaseException] = None
 
 
@@ -212,8 +212,9 @@ class _Pool:
         self.lease_options = lease_options(lease)
         self.stopping = queue._stopping
         self.write_lock = threading.Lock()     # one writer of this process at a time
+        self.writes = Leader(self.write_lock)  # the handlers' steps and progress: group commit
         self.pending_lock = threading.Lock()
-        self.pending: List[_Request] = []      # settles and claims asked for, not served yet
+        self.requests = Leader(self.write_lock, self.serve)   # settles and claims asked for
         self.ahead: Deque[Run] = collections.deque()   # claimed ahead, not started (prefetch)
         self.unsettled: List[Tuple[Run, str, Any, float]] = []   # finished, to settle
         self.heartbeat = _Heartbeat(connect, self.write_lock, self.flush, lease=lease_value(lease), fail=self.fail)
@@ -316,16 +317,10 @@ class _Pool:
         if not claim and not self.unsettled:
             return []
         request = _Request(claim)
-        with self.pending_lock:
-            self.pending.append(request)
-        with self.write_lock:
-            if not request.served:
-                with self.pending_lock:
-                    batch, self.pending = self.pending, []
-                self.serve(conn, batch)
+        self.requests.submit(conn, request)
         if request.error is not None:
             raise request.error
-        return [Run(conn, job, self.write_lock) for job in request.jobs]
+        return [Run(conn, job, self.writes) for job in request.jobs]
 
     def serve(self, conn: Any, batch: List["_Request"]) -> None:
         """One transaction for the pending settles and the batch's claims (write lock held)."""
@@ -345,7 +340,7 @@ class _Pool:
             self.handled += len(jobs)
         for request in batch:          # in order: the first to ask gets the first jobs
             request.jobs, jobs = jobs[:request.claim], jobs[request.claim:]
-            request.served = True
+            request.done = True
 
     def wait_for_work(self) -> None:
         """Sleep until the waiter's tq_wait returns (a job may be claimable) or stop."""
