@@ -277,8 +277,10 @@ class _AsyncWork:
                     break        # finish() waits for the work in flight
                 await self.event.wait()
         finally:
-            restore()
-            await _uncancellable(self.finish(sql, waiter, heartbeat))
+            try:     # the signals stay ours while the drain lasts: a second one ends it
+                await _uncancellable(self.finish(sql, waiter, heartbeat))
+            finally:
+                restore()
         if self.failure is not None:
             raise self.failure
         return self.handled
