@@ -28,6 +28,14 @@ class GroupCommit {
     return this._add({ fn, name: null, args: null });
   }
 
+  /** `fn(db)` committed now, with every write already pending (the worker loop's settles and
+   * claim: its turn is when it commits, and the handlers' writes of this turn go with it). */
+  writeNow(fn) {
+    const done = this.write(fn);
+    this.flush();
+    return done;
+  }
+
   /** `SELECT name(args...)`'s value, in the next group, beside the calls of its neighbours. */
   call(name, ...args) {
     return this._add({ fn: (db) => callAlone(db, name, args), name, args });

@@ -217,7 +217,7 @@ async function workLoop(queue, handler, opts) {
 async function settleAndClaim(writes, batch, claimSql, args) {
   if (batch.length === 0 && claimSql === null) return [];
   try {
-    return await writes.write((db) => {
+    return await writes.writeNow((db) => {
       for (const [run, outcome, value] of batch) settleIn(db, run, outcome, value);
       return claimSql === null ? [] : rows(db, claimSql, ...args);
     });
