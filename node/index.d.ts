@@ -185,6 +185,11 @@ export interface WorkOptions {
   prefetch?: 'auto' | number;
 }
 
+export interface StopOptions {
+  /** How long to wait for the jobs in flight, in ms (as long as they run). */
+  timeout?: number;
+}
+
 /** Thrown by run.retry / run.snooze / run.fail: the worker settles the job with it. */
 export class Outcome {
   constructor(outcome: 'retry' | 'snooze' | 'fail' | 'wait' | null, value?: unknown);
@@ -266,8 +271,10 @@ export class Queue<P = any, D extends SqliteDatabase = SqliteDatabase> {
   /** Runs `handler` for this queue's jobs until stop(); resolves with how many it handled. */
   work<R = unknown>(handler: Handler<P, R>, options?: WorkOptions): Promise<number>;
   /** Claims nothing more; resolves once the jobs in flight have settled (with 0 at once,
-   * called from one of this queue's handlers: it would wait for that handler). */
-  stop(): Promise<number>;
+   * called from one of this queue's handlers: it would wait for that handler). `timeout` (ms)
+   * bounds the wait: then the handlers still running are abandoned (logged, signal aborted;
+   * nothing of theirs is settled, and a job still held runs again once its lease runs out). */
+  stop(options?: StopOptions): Promise<number>;
   close(): void;
 }
 

@@ -47,6 +47,7 @@ class Queue {
     this.name = name;
     this._working = null; // the promise of a running work()
     this._stopping = false;
+    this._graceEnds = null; // stop({ timeout }): when the drain ends (Date.now() ms)
     this._wake = () => {};
     this._addEach = null; // addMany's transaction function, made on first use
   }
@@ -171,6 +172,7 @@ class Queue {
     this._working = workLoop(this, handler, opts).finally(() => {
       this._working = null;
       this._stopping = false;
+      this._graceEnds = null;
       this._wake = () => {};
     });
     return this._working;
@@ -179,8 +181,21 @@ class Queue {
   /** Claim nothing more; the promise resolves once work() has finished its jobs in flight
    * (before work(), the next work() claims nothing and resolves with 0).
    * Called from one of this queue's handlers it resolves at once (with 0): waiting would
-   * wait for the handler itself; work()'s own promise tells when everything has settled. */
-  stop() {
+   * wait for the handler itself; work()'s own promise tells when everything has settled.
+   * `timeout` (ms; none: as long as it takes) bounds the wait: once it has passed, the
+   * handlers still running are abandoned (logged, their run.signal aborted) and work()
+   * resolves. An abandoned attempt settles nothing, whenever its handler returns; one that
+   * still held its job keeps it until its lease runs out (no longer renewed), then the job
+   * runs again. A later stop({ timeout }) during the drain can shorten the grace, never
+   * lengthen it. */
+  stop({ timeout } = {}) {
+    if (timeout !== undefined) {
+      if (!Number.isSafeInteger(timeout) || timeout < 0) {
+        throw new Error(`stop: timeout must be a whole number of ms >= 0, not ${String(timeout)}`);
+      }
+      const ends = Date.now() + timeout;
+      this._graceEnds = this._graceEnds === null ? ends : Math.min(this._graceEnds, ends);
+    }
     this._stopping = true;
     this._wake();
     if (inHandlerOf.getStore() === this) return Promise.resolve(0);

@@ -23,6 +23,13 @@ class Cancelled extends Outcome {
   }
 }
 
+// Why an attempt is over for its worker while code of the handler may still run (a callback
+// it started, or the handler itself once abandoned): what run.progress / run.step say.
+const ENDED = {
+  finished: 'its handler has finished, so the job is settled',
+  abandoned: "stop()'s grace ended while it ran: abandoned, the job runs again once its lease has run out",
+};
+
 class Run {
   constructor(db, job, writes) {
     this.db = db; // the worker's connection, for the handler's own SQL
@@ -38,6 +45,32 @@ class Run {
     this._abort = new AbortController();
     this.signal = this._abort.signal; // aborted when `cancelled` becomes true (for fetch etc.)
     this._payload = job.payload;
+    this._ended = null; // why this attempt is over for the worker (ENDED)
+    this._toldEnded = false;
+  }
+
+  /** stop()'s grace ended while this attempt ran: the worker renews it no more and settles
+   * nothing of it. Returns whether it still held its job. */
+  _abandon() {
+    const held = !this.cancelled;
+    this._cancel();
+    this._end('abandoned');
+    return held;
+  }
+
+  _end(why) {
+    if (this._ended === null) this._ended = why;
+  }
+
+  /** True when the attempt is over (ENDED): progress is not written; said once. */
+  _progressAfterEnd() {
+    if (this._ended === null) return false;
+    if (!this._toldEnded) {
+      this._toldEnded = true;
+      console.warn(`tinyq: run.progress for job ${this.id} (attempt ${this.attempt}) after the attempt ended: `
+        + `${ENDED[this._ended]}; not recorded, returns false`);
+    }
+    return true;
   }
 
   _cancel() {
@@ -49,6 +82,9 @@ class Run {
 
   /** The answer kept under `name` by any attempt; else `await fn()`, kept as JSON. */
   async step(name, fn) {
+    if (this._ended !== null) {
+      throw new Cancelled(`step "${name}" not kept: attempt ${this.attempt} of ${this.id} is over (${ENDED[this._ended]})`);
+    }
     let kept = one(this.db, 'SELECT tq_step_get(?, ?)', this.id, name);
     if (kept === null) {
       const value = JSON.stringify((await fn()) ?? null);
@@ -61,8 +97,11 @@ class Run {
     return decode(kept);
   }
 
-  /** Record progress (text as is, anything else as JSON); false when the job is gone. */
+  /** Record progress (text as is, anything else as JSON); false when the job is gone
+   * (cancelled: run.cancelled), or when the attempt is over (code the handler started calling
+   * it after the handler returned: a warning says so; cancelled stays as it was). */
   progress(value) {
+    if (this._progressAfterEnd()) return false;
     const ok = one(this.db, 'SELECT tq_progress(?, ?, ?)', this.id, this.attempt, encode(value)) === 1;
     if (!ok) this._cancel();
     return ok;

@@ -129,6 +129,7 @@ async function workLoop(queue, handler, opts) {
   const writes = new GroupCommit(db); // the step puts, settles and claims of one turn: one commit
   const waiter = startWaiter(file, queue.name, driver);
   const inflight = new Set();
+  const running = new Set(); // the runs whose handler is running (for stop()'s grace)
   const heartbeat = startHeartbeat(db, opts.lease ?? null);
   let handled = 0;
   let wake = null; // ends the current nap: a handler finished, stop(), or the waiter
@@ -151,7 +152,9 @@ async function workLoop(queue, handler, opts) {
   const claimArgs = (n) => (claimOpts === null ? [queue.name, worker, n] : [queue.name, worker, n, claimOpts]);
   const start = (run) => {
     if (run.cancelled) return heartbeat.remove(run); // cancelled while it waited, claimed ahead
+    running.add(run);
     const p = runOne(queue, run, handler, errors, finished, heartbeat, pace).finally(() => {
+      running.delete(run);
       inflight.delete(p);
       queue._wake();
     });
@@ -183,7 +186,17 @@ async function workLoop(queue, handler, opts) {
   } finally {
     process.removeListener('SIGTERM', onSignal);
     process.removeListener('SIGINT', onSignal);
-    await Promise.allSettled(inflight); // claim nothing more; wait for the work in flight
+    // Claim nothing more; wait for the work in flight, until stop()'s grace ends (a stop() during
+    // the drain may set or shorten it: it wakes the nap), then abandon what still runs.
+    for (let left = graceLeft(queue); inflight.size > 0; left = graceLeft(queue)) {
+      if (left === 0) {
+        for (const run of running) heartbeat.remove(run);
+        abandon([...running]);
+        break;
+      }
+      if (finished.length > 0) await settleAndClaim(writes, finished.splice(0), null, []); // leases end
+      else await nap(left === null ? poll : Math.min(left, poll), false); // a finishing handler wakes it
+    }
     // Jobs claimed ahead go back in line: a snooze of 0 does not use up a try.
     const back = ahead.splice(0).filter((run) => !run.cancelled).map((run) => [run, 'snooze', 0]);
     try {
@@ -232,9 +245,30 @@ async function runOne(queue, run, handler, errors, finished, heartbeat, pace) {
     [outcome, value] = err instanceof Outcome ? [err.outcome, err.value] : ['error', errorText(err, errors)];
   } finally {
     heartbeat.remove(run);
+    run._end('finished');
     pace.took(performance.now() - started);
   }
   if (outcome && !run.cancelled) finished.push([run, outcome, value, Date.now()]); // settled with the next claim
+}
+
+/** Ms left of stop({ timeout })'s grace (null: none was given). */
+function graceLeft(queue) {
+  return queue._graceEnds === null ? null : Math.max(queue._graceEnds - Date.now(), 0);
+}
+
+/** stop()'s grace has ended with `runs` still running: each is marked cancelled (its signal
+ * aborts) and over (its later progress, steps and result are not written), and logged. One
+ * that still held its job keeps its lease until it runs out (it is renewed no more): then the
+ * job runs again, its attempt counted, as after a crash, rather than at once beside a handler
+ * that may still be at work. */
+function abandon(runs) {
+  for (const run of runs) {
+    const held = run._abandon();
+    console.warn(`tinyq: stop(): job ${run.id} (attempt ${run.attempt}) still running when the grace ended: `
+      + 'abandoned, its result will not be settled; '
+      + (held ? 'it still holds its job until its lease runs out (no longer renewed), then runs again'
+        : 'it no longer held its job (cancelled, timed out or taken by a later attempt)'));
+  }
 }
 
 // The last argument is work()'s lease (null: the queue's): a renewal extends by the claim's

@@ -6,6 +6,7 @@ import json
 import os
 import signal
 import subprocess
+import threading
 import time
 
 import pytest
@@ -36,6 +37,74 @@ def counts(conn):
     return dict(conn.execute("SELECT state, count(*) FROM tq_jobs WHERE queue = 'q' GROUP BY state"))
 
 
+def events(log, event):
+    """The [id, attempt, pid] of each `event` line of LOG ("id attempt pid event")."""
+    try:
+        with open(log) as f:
+            return [line.split()[:3] for line in f if line.split()[3] == event]
+    except FileNotFoundError:
+        return []
+
+
+def wait_until(condition, what):
+    deadline = time.monotonic() + GIVE_UP_S
+    while not condition():
+        assert time.monotonic() < deadline, "gave up waiting for " + what
+        time.sleep(0.05)
+
+
+def returned_line(proc):
+    """The worker's next line of output (work() returned or raised), "" when none came."""
+    line = []
+    reader = threading.Thread(target=lambda: line.append(proc.stdout.readline()), daemon=True)
+    reader.start()
+    reader.join(GIVE_UP_S)
+    return line[0] if line else ""
+
+
+def until_final(spec, conn, workers, log):
+    """Wait until every job is done or failed, then SIGTERM: work() returns. The output."""
+    deadline = time.monotonic() + GIVE_UP_S
+    while sum(counts(conn).get(s, 0) for s in FINAL) < spec["jobs"] and time.monotonic() < deadline:
+        if any(w.poll() is not None for w in workers):
+            break
+        time.sleep(0.05)
+    for w in workers:
+        if w.poll() is None:
+            w.send_signal(signal.SIGTERM)
+    return [w.communicate(timeout=120) for w in workers]
+
+
+def stop_scenario(spec, conn, workers, log):
+    """SIGTERM once the scenario's event was logged for every job: the worker calls stop()
+    with the scenario's timeout, and work() must return though the handlers still run;
+    then, once every handler that ends has ended, the worker is killed. Returns the output."""
+    jobs = spec["jobs"]
+    wait_until(lambda: len(events(log, spec["stop"]["when"])) >= jobs, spec["stop"]["when"])
+    for w in workers:
+        w.send_signal(signal.SIGTERM)
+    outs = [(returned_line(w), "") for w in workers]
+    assert all("returned" in out for out, _ in outs), outs   # before the kill: it returned by itself
+    if spec["handler"].get("sleep_ms"):
+        wait_until(lambda: len(events(log, "end")) >= jobs, "the abandoned handlers' return")
+    for w in workers:
+        w.kill()
+        w.communicate()
+    return outs
+
+
+def check_abandoned(conn, jobs):
+    """No job was settled by its abandoned handler, and each runs again (attempt 2) once
+    its lease has run out."""
+    for (job,) in conn.execute("SELECT tq_get(id) FROM tq_jobs WHERE queue = 'q'"):
+        job = json.loads(job)
+        assert job["state"] != "done" and job.get("result") is None, job
+    claimed = []
+    wait_until(lambda: claimed.extend(conn.execute("SELECT id, attempt FROM tq_claim('q', 'check', 10)"))
+               or len(claimed) >= jobs, "the abandoned jobs to be claimable again")
+    assert [attempt for _, attempt in claimed] == [2] * jobs, claimed
+
+
 @pytest.mark.parametrize("helper", HELPERS)
 @pytest.mark.parametrize("index", range(len(SCENARIOS)), ids=[s["name"] for s in SCENARIOS])
 def test_helper_scenario(tmp_path, helper, index):
@@ -50,25 +119,24 @@ def test_helper_scenario(tmp_path, helper, index):
         for n in range(spec["jobs"]):
             one(conn, "SELECT tq_add('q', ?)", json.dumps({"n": n}))
         conn.execute("COMMIT")
-        deadline = time.monotonic() + GIVE_UP_S
-        while sum(counts(conn).get(s, 0) for s in FINAL) < spec["jobs"] and time.monotonic() < deadline:
-            if any(w.poll() is not None for w in workers):
-                break
-            time.sleep(0.05)
+        outs = (stop_scenario if spec.get("stop") else until_final)(spec, conn, workers, log)
     finally:
         for w in workers:
             if w.poll() is None:
-                w.send_signal(signal.SIGTERM)
-        outs = [w.communicate(timeout=120) for w in workers]
+                w.kill()
     for out, err in outs:
         assert "returned" in out, (out, err)
     expect = spec["expect"]
+    if "returned" in expect:
+        assert sum(int(out.split()[1]) for out, _ in outs) == expect["returned"], outs
+    if expect.get("abandoned"):
+        check_abandoned(conn, spec["jobs"])
     got = counts(conn)
     for state in FINAL:
         assert got.get(state, 0) == expect.get(state, 0), got
     if expect.get("each_ran_once"):
         with open(log) as f:
-            starts = collections.Counter(line.split()[0] for line in f)
+            starts = collections.Counter(line.split()[0] for line in f if line.split()[3] == "start")
         assert len(starts) == spec["jobs"] and set(starts.values()) == {1}, starts.most_common(3)
     if expect.get("result_has"):
         for (result,) in conn.execute("SELECT tq_get(id) ->> 'result' FROM tq_jobs WHERE queue = 'q'"):

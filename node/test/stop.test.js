@@ -36,3 +36,49 @@ test('a stop() before work() is not lost: that work() claims nothing and resolve
   assert.equal(q.get(id).state, 'done');
   q.close();
 });
+
+test('stop({ timeout }) abandons a handler that outlasts it: work() resolves, the job is not settled', async () => {
+  const q = new tinyq.Queue(tempDb(), 'q');
+  const id = q.add({ n: 1 });
+  let release;
+  let abandoned;
+  const late = new Promise((resolve) => { release = resolve; });
+  const working = q.work(async (payload, run) => {
+    abandoned = run;
+    setImmediate(() => q.stop({ timeout: 100 }));
+    await late; // returns only once work() has resolved
+    return 'late';
+  }, { poll: 50 });
+  assert.equal(await working, 1);
+  assert.equal(abandoned.cancelled, true);
+  assert.equal(abandoned.signal.aborted, true);
+  assert.equal(abandoned.progress('late'), false);
+  release();
+  await new Promise((resolve) => setImmediate(resolve));
+  assert.equal(q.get(id).state, 'running'); // until its lease runs out: then it runs again
+  q.close();
+});
+
+test('run.progress after the job settled returns false, without marking the run cancelled', async () => {
+  const q = new tinyq.Queue(tempDb(), 'q');
+  const id = q.add({ n: 1 });
+  let done;
+  await q.work(async (payload, run) => {
+    done = run;
+    setImmediate(() => q.stop());
+    return 'ok';
+  }, { poll: 50 });
+  assert.equal(q.get(id).state, 'done');
+  assert.equal(done.progress({ late: true }), false); // work() has returned: no error either
+  assert.equal(done.cancelled, false);
+  assert.equal(q.get(id).progress ?? null, null);
+  q.close();
+});
+
+test('stop({ timeout }) takes whole ms, and refuses anything else by name', () => {
+  const q = new tinyq.Queue(tempDb(), 'q');
+  for (const bad of [-1, 1.5, '5s', Infinity]) {
+    assert.throws(() => q.stop({ timeout: bad }), /^Error: stop: timeout must be a whole number of ms >= 0/);
+  }
+  q.close();
+});

@@ -31,9 +31,9 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Awaitable, Callable, Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
 from ._connection import OwnedConnection, open as open_conn
-from ._context import RunBase, current_run, is_busy
+from ._context import RunBase, current_run, is_busy, stop_grace
 from ._group import Write, run_turn
-from ._protocol import (WAITER_JOIN_S, check_work_args, claim_args,
+from ._protocol import (WAITER_JOIN_S, abandon, check_work_args, claim_args, grace_left, sooner,
                         claim_sql, lease_options, lease_pairs, lease_value, outcome_of_exception, renew_in,
                         renew_soon, renewed, result_outcome, schedule_renewal, settle_and_claim_in,
                         stop_on_signals, wait_for_work, worker_name)
@@ -135,6 +135,7 @@ class AsyncRun(RunBase):
     async def step(self, name: str, fn: Callable[[], Any]) -> Any:
         """The answer kept under `name` by any attempt; else fn()'s answer (awaited when
         fn returns an awaitable), kept as JSON."""
+        self._step_after_end(name)
         kept = await self._db.read(Write.call("tq_step_get", self.id, name))
         if kept is None:
             value = fn()
@@ -146,7 +147,11 @@ class AsyncRun(RunBase):
         return _decode(kept)
 
     async def progress(self, value: Any) -> bool:
-        """Record progress (text as is, anything else as JSON); False when the job is gone."""
+        """Record progress (text as is, anything else as JSON); False when the job is gone
+        (cancelled: run.cancelled), or when the attempt is over (a task the handler started
+        calling it after the handler returned: a warning says so; cancelled stays as it was)."""
+        if self._progress_after_end():
+            return False
         ok = bool(await self._db.write(Write.call("tq_progress", self.id, self.attempt, _encode(value))))
         if not ok:
             self.cancelled = True
@@ -248,6 +253,7 @@ class _AsyncWork:
         self.db = _DbThread(queue._connect, "tinyq-aio-work")
         self.tasks: Set[asyncio.Task] = set()
         self.runs: Dict[AsyncRun, float] = {}        # running job -> monotonic time of its renewal
+        self.running: Set[AsyncRun] = set()          # runs whose handler is running (stop's grace)
         self.finished: List[Tuple[AsyncRun, str, Any]] = []
         self.may_claim = True
         self.event = asyncio.Event()
@@ -291,12 +297,14 @@ class _AsyncWork:
                         self.may_claim = False
                         waiter.arm()
                     continue
-                if stopping and not self.tasks:
-                    break
+                if stopping:
+                    break        # finish() waits for the work in flight
                 await self.event.wait()
         finally:
-            restore()
-            await _uncancellable(self.finish(sql, waiter, heartbeat))
+            try:     # the signals stay ours while the drain lasts: a second one ends it
+                await _uncancellable(self.finish(sql, waiter, heartbeat))
+            finally:
+                restore()
         if self.failure is not None:
             raise self.failure
         return self.handled
@@ -305,9 +313,8 @@ class _AsyncWork:
         """Claim nothing more, wait for the work in flight, settle it, let go of everything."""
         self.queue._stopping = True
         waiter.close()
-        if self.tasks:
-            await asyncio.gather(*self.tasks, return_exceptions=True)
         try:
+            await self.drain(sql)
             if self.finished:
                 await self.settle_and_claim(sql, self.finished, None)
         finally:  # a last settle that fails still leaves the queue ready for another work()
@@ -317,6 +324,31 @@ class _AsyncWork:
             await waiter.ended()
             self.queue._work = None
             self.queue._stopping = False
+            self.queue._grace_ends = None
+
+    async def drain(self, sql: str) -> None:
+        """Wait for the handlers in flight, settling them as they end; once stop(timeout=...)'s
+        grace has ended (a stop() during the drain may set or shorten it), abandon those still
+        running and cancel their tasks, without waiting for them: a handler that ignores the
+        cancellation settles nothing whenever it returns."""
+        while self.tasks:
+            if self.finished:
+                batch, self.finished = self.finished, []
+                await self.settle_and_claim(sql, batch, None)
+                continue
+            left = grace_left(self.queue._grace_ends)
+            if left == 0.0:
+                for run in self.running:
+                    self.runs.pop(run, None)
+                abandon(list(self.running))
+                for task in self.tasks:
+                    task.cancel()
+                return
+            self.event.clear()      # set by a handler that ends and by stop()
+            try:
+                await asyncio.wait_for(self.event.wait(), left)
+            except asyncio.TimeoutError:
+                pass
 
     async def settle_and_claim(self, sql: str, settles: List[Tuple[AsyncRun, str, Any]],
                                args: Optional[tuple]) -> List[Dict[str, Any]]:
@@ -346,6 +378,7 @@ class _AsyncWork:
         run = AsyncRun(self.db, job)
         current_run.set(run)
         self.runs[run] = schedule_renewal(run)
+        self.running.add(run)
         try:
             try:
                 result = await self.handler(_decode(job["payload"]), run)
@@ -355,6 +388,8 @@ class _AsyncWork:
                 outcome, value = result_outcome(run, result)
         finally:
             self.runs.pop(run, None)
+            self.running.discard(run)
+            run._end("finished")
         if outcome is not None and not run.cancelled:
             self.finished.append((run, outcome, value))
 
@@ -367,6 +402,7 @@ class _AsyncWork:
             await asyncio.sleep(max(due - now, 0.001))
             if not any(at <= time.monotonic() for at in self.runs.values()):
                 continue
+            warn_if_late(self.runs)
             runs = list(self.runs)
             try:
                 leases = await self.db.write(Write(renew_in, (lease_pairs(runs), self.lease)))
@@ -377,6 +413,23 @@ class _AsyncWork:
                 renew_soon(self.runs, runs, 0.25)
                 continue
             renewed(self.runs, runs, leases)
+
+
+def warn_if_late(due: Dict[AsyncRun, float]) -> None:
+    """Log the jobs whose renewal comes late: more than half its interval (a quarter of the
+    lease) past the time it was due. On an event loop that is a handler that blocks it
+    (time.sleep, CPU work, blocking I/O without await), starving the heartbeat: past the
+    lease another worker may take the job."""
+    now = time.monotonic()
+    late = sorted(((now - at, run) for run, at in due.items() if now - at > run._renew_every / 2),
+                  key=lambda pair: -pair[0])
+    if late:
+        worst, run = late[0]
+        log.warning("tinyq: the lease renewal of job %s (attempt %s) came %.2f s late%s: a handler is "
+                    "blocking the event loop (time.sleep, CPU work or blocking I/O without await); run "
+                    "it in a thread (asyncio.to_thread), or another worker may take the job once its "
+                    "lease runs out", run.id, run.attempt, worst,
+                    "" if len(late) == 1 else " (and %d more jobs)" % (len(late) - 1))
 
 
 class AsyncQueue:
@@ -390,6 +443,7 @@ class AsyncQueue:
         self._connect = functools.partial(open_conn, self.path, busy_timeout, check_same_thread=False)
         self._db = _DbThread(self._connect, "tinyq-aio")
         self._stopping = False
+        self._grace_ends: Optional[float] = None   # stop(timeout=...): monotonic end of the drain
         self._work: Optional[_AsyncWork] = None
         self._loop: Optional[asyncio.AbstractEventLoop] = None
 
@@ -472,9 +526,16 @@ class AsyncQueue:
         self._work = _AsyncWork(self, handler, concurrency, worker, poll, lease, errors)
         return await self._work.run()
 
-    def stop(self) -> None:
+    def stop(self, timeout: Optional[float] = None) -> None:
         """Ask work() to claim nothing more and return once the work in flight is done.
-        Callable from any thread."""
+        Callable from any thread. `timeout` (seconds; None: as long as it takes) bounds that
+        wait, and the wait of a cancelled work(): once it has passed, the handlers still
+        running are abandoned (logged) and their tasks cancelled, and work() returns. An
+        abandoned attempt settles nothing, even if its handler ignores the cancellation and
+        returns later; one that still held its job keeps it until its lease runs out (no
+        longer renewed), then the job runs again. A later stop(timeout=...) during the drain
+        can shorten the grace, never lengthen it."""
+        self._grace_ends = sooner(self._grace_ends, stop_grace(timeout))
         self._stopping = True
         work, loop = self._work, self._loop
         if work is not None and loop is not None:

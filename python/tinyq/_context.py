@@ -5,9 +5,13 @@ from __future__ import annotations
 import contextvars
 import datetime
 import logging
+import math
+import time
 from typing import Any, Dict, Optional
 
 from ._sql import _decode, _ms
+
+log = logging.getLogger("tinyq")
 
 __all__ = ["Outcome", "Cancelled", "RunBase", "current_run", "JobContextFilter"]
 
@@ -53,6 +57,42 @@ class RunBase:
         self.meta: Dict[str, Any] = meta if isinstance(meta, dict) else {}
         self.cancelled = False            # True once the job was cancelled or timed out
         self._renew_every = 0.0
+        self._ended: Optional[str] = None  # why this attempt is over for the worker (ENDED)
+        self._told_ended = False
+
+    # Why an attempt is over for its worker while code of the handler may still run (a task
+    # it spawned, or the handler itself once abandoned): what run.progress / run.step say.
+    ENDED = {
+        "finished": "its handler has finished, so the job is settled",
+        "abandoned": "stop()'s grace ended while it ran: abandoned, the job runs again once its lease has run out",
+    }
+
+    def _end(self, why: str) -> None:
+        if self._ended is None:
+            self._ended = why
+
+    def _abandon(self) -> bool:
+        """stop()'s grace ended while this attempt ran: the worker stops renewing it and
+        will settle nothing of it. Returns whether it still held its job."""
+        held = not self.cancelled
+        self.cancelled = True
+        self._end("abandoned")
+        return held
+
+    def _progress_after_end(self) -> bool:
+        """True when the attempt is over (ENDED): progress is not written; said once."""
+        if self._ended is None:
+            return False
+        if not self._told_ended:
+            self._told_ended = True
+            log.warning("tinyq: run.progress for job %s (attempt %s) after the attempt ended: %s; "
+                        "not recorded, returns False", self.id, self.attempt, self.ENDED[self._ended])
+        return True
+
+    def _step_after_end(self, name: str) -> None:
+        if self._ended is not None:
+            raise Cancelled("step %r not kept: attempt %s of %s is over (%s)"
+                            % (name, self.attempt, self.id, self.ENDED[self._ended]))
 
     @property
     def correlation_id(self) -> Optional[str]:
@@ -81,6 +121,16 @@ class RunBase:
 
     def __repr__(self) -> str:
         return "%s(id=%r, attempt=%r)" % (type(self).__name__, self.id, self.attempt)
+
+
+def stop_grace(timeout: Any) -> Optional[float]:
+    """The monotonic time at which stop(timeout=seconds)'s grace ends (None: no timeout)."""
+    if timeout is None:
+        return None
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout >= 0 \
+            or math.isinf(timeout):
+        raise ValueError("stop(timeout): timeout must be a number of seconds >= 0 or None, not %r" % (timeout,))
+    return time.monotonic() + timeout
 
 
 def _delay(name: str, delay: Any) -> Any:

@@ -281,6 +281,33 @@ def wait_for_work(conn: Any, queue: str, poll: float, stopped: Callable[[], bool
         time.sleep(poll)
 
 
+# -- stop(timeout=...): the grace of a drain -------------------------------------------------
+
+
+def sooner(ends: Optional[float], new: Optional[float]) -> Optional[float]:
+    """The grace that ends first of `ends` and a new stop()'s `new` (None: no end)."""
+    return new if ends is None else ends if new is None else min(ends, new)
+
+
+def grace_left(ends: Optional[float]) -> Optional[float]:
+    """Seconds left of stop()'s grace ending at `ends` (monotonic), None when it has none."""
+    return None if ends is None else max(ends - time.monotonic(), 0.0)
+
+
+def abandon(runs: List[RunBase]) -> None:
+    """stop()'s grace has ended with `runs` still running: each is marked cancelled and
+    over (its later progress, steps and result are not written), and logged. One that
+    still held its job keeps its lease until it runs out (it is renewed no more): then the
+    job runs again, its attempt counted, as after a crash, rather than at once beside a
+    handler that may still be at work."""
+    for run in runs:
+        held = run._abandon()
+        log.warning("tinyq: stop(): job %s (attempt %s) still running when the grace ended: abandoned, "
+                    "its result will not be settled; %s", run.id, run.attempt,
+                    "it still holds its job until its lease runs out (no longer renewed), then runs again"
+                    if held else "it no longer held its job (cancelled, timed out or taken by a later attempt)")
+
+
 # -- signals --------------------------------------------------------------------------------
 
 

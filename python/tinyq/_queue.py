@@ -9,6 +9,8 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Unio
 
 from ._adds import add_many, add_options, after_list
 from ._connection import _open_like, owned_open
+from ._context import stop_grace
+from ._protocol import sooner
 from ._schedules import Schedules
 from ._sql import _decode, _encode, _one, _options, _rows
 from ._worker import Run, work_loop
@@ -40,6 +42,7 @@ class Queue(Schedules):
             self._owned = None
             self._conn = conn_or_path
         self._stopping = threading.Event()
+        self._grace_ends: Optional[float] = None   # stop(timeout=...): monotonic end of the drain
         self._working = threading.Lock()   # held while work() runs: one work() per Queue
 
     @property
@@ -161,8 +164,16 @@ class Queue(Schedules):
         finally:
             self._working.release()
 
-    def stop(self) -> None:
-        """Ask work() to claim nothing more and return once the work in flight is done."""
+    def stop(self, timeout: Optional[float] = None) -> None:
+        """Ask work() to claim nothing more and return once the work in flight is done.
+
+        `timeout` (seconds; None: as long as it takes) bounds that wait: once it has passed,
+        the handlers still running are abandoned (logged) and work() returns. An abandoned
+        attempt settles nothing, whenever its handler returns (its thread, a daemon, keeps
+        running, and its connection open, until then); one that still held its job keeps
+        it until its lease runs out (no longer renewed), then the job runs again. A later
+        stop(timeout=...) during the drain can shorten the grace, never lengthen it."""
+        self._grace_ends = sooner(self._grace_ends, stop_grace(timeout))
         self._stopping.set()
 
     def close(self) -> None:

@@ -13,7 +13,8 @@ from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
 
 from ._context import Outcome, Cancelled, RunBase, current_run
 from ._group import Leader, Write
-from ._protocol import (PROGRESS, STEP_GET, STEP_PUT, WAITER_JOIN_S, check_work_args, claim_args,
+from ._protocol import (PROGRESS, STEP_GET, STEP_PUT, WAITER_JOIN_S, abandon, check_work_args, claim_args,
+                        grace_left,
                         claim_sql, lease_options, lease_pairs, lease_value, outcome_of_exception, renew_all,
                         renew_soon, renewed, result_outcome, schedule_renewal, settle_and_claim, stop_on_signals,
                         wait_for_work, worker_name)
@@ -46,6 +47,7 @@ class Run(RunBase):
 
     def step(self, name: str, fn: Callable[[], Any]) -> Any:
         """The answer kept under `name` by any attempt; else fn()'s answer, kept (as JSON)."""
+        self._step_after_end(name)
         kept = _one(self.conn, STEP_GET, self.id, name)
         if kept is None:
             value = json.dumps(fn())
@@ -55,7 +57,11 @@ class Run(RunBase):
         return _decode(kept)
 
     def progress(self, value: Any) -> bool:
-        """Record progress (text as is, anything else as JSON); False when the job is gone."""
+        """Record progress (text as is, anything else as JSON); False when the job is gone
+        (cancelled: run.cancelled), or when the attempt is over (a thread the handler started
+        calling it after the handler returned: a warning says so; cancelled stays as it was)."""
+        if self._progress_after_end():
+            return False
         ok = bool(self._write(PROGRESS, "tq_progress", self.id, self.attempt, _encode(value)))
         if not ok:
             self.cancelled = True
@@ -251,6 +257,7 @@ class _Pool:
         self.idle = 0
         self.generation = 0                    # bumped each time the waiter wakes
         self.handled = 0
+        self.running: set = set()              # runs whose handler is running (for stop's grace)
         self.failure: Optional[BaseException] = None
         self.claim_sql = ""
 
@@ -329,11 +336,16 @@ class _Pool:
         run.conn = conn                # the thread that runs it (it may have been claimed by another)
         self.heartbeat.add(run)
         token = current_run.set(run)   # the thread's context: log lines carry the job
+        with self.pending_lock:
+            self.running.add(run)
         try:
             if run.cancelled:          # cancelled while it waited, claimed ahead
                 return None
             outcome, value = outcome_of(self.handler, _decode(run._payload), run, self.errors)
         finally:
+            with self.pending_lock:
+                self.running.discard(run)
+            run._end("finished")
             current_run.reset(token)
             self.heartbeat.remove(run)
         return None if outcome is None or run.cancelled else (run, outcome, value)
@@ -418,6 +430,32 @@ class _Pool:
         finally:
             conn.close()
 
+    # -- stopping --------------------------------------------------------------------------
+
+    def drain(self, threads: List[threading.Thread]) -> None:
+        """Wait for the threads to finish their jobs; once stop(timeout=...)'s grace has
+        ended (a stop() during the drain may set or shorten it), abandon the handlers still
+        running and settle, on a connection of this thread, what their threads left."""
+        for thread in threads:
+            while thread.is_alive():
+                left = grace_left(self.queue._grace_ends)
+                if left == 0.0:
+                    break
+                thread.join(1.0 if left is None else min(left, 1.0))
+        if not any(thread.is_alive() for thread in threads):
+            return
+        with self.pending_lock:
+            running = list(self.running)
+        for run in running:
+            self.heartbeat.remove(run)
+        abandon(running)
+        self.unsettle([(run, "snooze", 0) for run in self.take_all_ahead() if not run.cancelled])
+        conn = self.connect()
+        try:
+            self.settle_and_claim(conn, 0)
+        finally:
+            conn.close()
+
     # -- the whole -------------------------------------------------------------------------
 
     def run(self) -> int:
@@ -440,9 +478,7 @@ class _Pool:
             restore_signals()
             self.stopping.set()
             self.wake_all()
-            for thread in threads:     # claim nothing more; wait for the work in flight
-                while thread.is_alive():
-                    thread.join(1.0)
+            self.drain(threads)        # claim nothing more; wait for the work in flight
             self.heartbeat.close()
             # The waiter ends within a tq_wait slice and closes its connection: once work()
             # returns, nothing of it holds the file. It keeps this call's (set) stop event,
@@ -450,6 +486,7 @@ class _Pool:
             if waiter.is_alive():
                 waiter.join(WAITER_JOIN_S)
             self.queue._stopping = threading.Event()
+            self.queue._grace_ends = None
         if self.failure is not None:
             raise self.failure
         return self.handled

@@ -1,8 +1,10 @@
 'use strict';
 // One worker process of a helper scenario (tests/helper_scenarios.json) for the Node helper:
 //   node scenario_worker.js DB LOG INDEX
-// As scenario_worker.py: each handler start appends "id attempt pid" to LOG; prints
-// "returned N" or "raised message" once work() ends (SIGTERM stops it).
+// As scenario_worker.py: each handler start appends "id attempt pid start" to LOG (and
+// "... cancelled" / "... end" as the scenario says); prints "returned N" or "raised message"
+// once work() ends (SIGTERM stops it; with the scenario's `stop`, with its timeout, and the
+// process lives on after work() returns).
 const fs = require('fs');
 const path = require('path');
 const tinyq = require(path.join(__dirname, '..', '..', 'node'));
@@ -12,10 +14,17 @@ const spec = JSON.parse(fs.readFileSync(path.join(__dirname, '..', 'helper_scena
   .scenarios[Number(index)];
 const handlerSpec = spec.handler || {};
 const results = { unstorable: () => ({ big: 10n }) };
+const record = (run, event = 'start') => fs.appendFileSync(log, `${run.id} ${run.attempt} ${process.pid} ${event}\n`);
 
 async function handler(payload, run) {
-  fs.appendFileSync(log, `${run.id} ${run.attempt} ${process.pid}\n`);
-  if (handlerSpec.sleep_ms) await new Promise((resolve) => setTimeout(resolve, handlerSpec.sleep_ms));
+  record(run);
+  if (handlerSpec.hang) {
+    await new Promise(() => run.signal.addEventListener('abort', () => record(run, 'cancelled')));
+  }
+  if (handlerSpec.sleep_ms) {
+    await new Promise((resolve) => setTimeout(resolve, handlerSpec.sleep_ms));
+    if (spec.stop) record(run, 'end');
+  }
   if ('snooze' in handlerSpec) run.snooze(handlerSpec.snooze);
   if (handlerSpec.durable_sleep_ms) await run.sleep('nap', handlerSpec.durable_sleep_ms);
   const make = results[handlerSpec.result];
@@ -23,5 +32,8 @@ async function handler(payload, run) {
 }
 
 console.log('working');
-new tinyq.Queue(db, 'q').work(handler, { ...spec.work, handleSignals: true })
-  .then((n) => console.log(`returned ${n}`), (err) => console.log(`raised ${err.message}`));
+const queue = new tinyq.Queue(db, 'q');
+if (spec.stop) process.on('SIGTERM', () => queue.stop({ timeout: spec.stop.timeout_ms }));
+queue.work(handler, { ...spec.work, handleSignals: !spec.stop })
+  .then((n) => console.log(`returned ${n}`), (err) => console.log(`raised ${err.message}`))
+  .then(() => { if (spec.stop) setInterval(() => {}, 1000); }); // lives on: the abandoned handler may return

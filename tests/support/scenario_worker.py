@@ -4,11 +4,15 @@ threads (tinyq.Queue) or asyncio (tinyq.AsyncQueue) helper:
     python3 scenario_worker.py threads|asyncio DB LOG INDEX
 
 Runs work() with the scenario's options and handler until SIGTERM; each handler start
-appends "id attempt pid" to LOG; prints "returned N" or "raised Class: message" at the end."""
+appends "id attempt pid start" to LOG (and "... cancelled" / "... end" as the scenario
+says); prints "returned N" or "raised Class: message" at the end. With the scenario's
+`stop`, SIGTERM calls stop(timeout=...) and the process lives on after work() returns."""
 import asyncio
 import json
 import os
+import signal
 import sys
+import threading
 import time
 
 import tinyq
@@ -21,10 +25,10 @@ def scenario(index):
         return json.load(f)["scenarios"][int(index)]
 
 
-def record(log, run):
+def record(log, run, event="start"):
     fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
     try:
-        os.write(fd, ("%s %d %d\n" % (run.id, run.attempt, os.getpid())).encode())
+        os.write(fd, ("%s %d %d %s\n" % (run.id, run.attempt, os.getpid(), event)).encode())
     finally:
         os.close(fd)
 
@@ -36,6 +40,10 @@ def work_options(spec):
     return opts
 
 
+def stop_timeout(spec):
+    return spec["stop"]["timeout_ms"] / 1000.0    # Python takes seconds
+
+
 def result_of(spec):
     return {"unstorable": {1, 2}}.get(spec.get("result"), spec.get("result"))
 
@@ -45,14 +53,43 @@ def threads(db, log, spec):
 
     def handler(payload, run):
         record(log, run)
+        told = False
+        while handler_spec.get("hang"):
+            if run.cancelled and not told:
+                record(log, run, "cancelled")
+                told = True
+            time.sleep(0.02)
         if handler_spec.get("sleep_ms"):
             time.sleep(handler_spec["sleep_ms"] / 1000.0)
+            if "stop" in spec:
+                record(log, run, "end")
         if "snooze" in handler_spec:
             run.snooze(handler_spec["snooze"])
         if handler_spec.get("durable_sleep_ms"):
             run.sleep("nap", handler_spec["durable_sleep_ms"])
         return result_of(handler_spec)
-    return tinyq.Queue(db, "q").work(handler, **work_options(spec))
+    queue = tinyq.Queue(db, "q")
+    if "stop" not in spec:
+        return queue.work(handler, **work_options(spec))
+    # Off the main thread work() installs no signal handlers: SIGTERM is ours.
+    done = {}
+    worker = threading.Thread(target=lambda: done.update(n=queue.work(handler, **work_options(spec))))
+    signal.signal(signal.SIGTERM, lambda *_: queue.stop(timeout=stop_timeout(spec)))
+    worker.start()
+    while worker.is_alive():
+        worker.join(0.05)
+    return done["n"]
+
+
+async def ignoring_cancel(seconds):
+    """Sleep `seconds` whatever cancels the task meanwhile (as a handler may)."""
+    loop = asyncio.get_running_loop()
+    end = loop.time() + seconds
+    while loop.time() < end:
+        try:
+            await asyncio.sleep(end - loop.time())
+        except asyncio.CancelledError:
+            pass
 
 
 def asyncio_(db, log, spec):
@@ -60,14 +97,35 @@ def asyncio_(db, log, spec):
 
     async def handler(payload, run):
         record(log, run)
+        told = False
+        while handler_spec.get("hang"):
+            if run.cancelled and not told:
+                record(log, run, "cancelled")
+                told = True
+            await ignoring_cancel(0.02)
         if handler_spec.get("sleep_ms"):
-            await asyncio.sleep(handler_spec["sleep_ms"] / 1000.0)
+            if "stop" in spec:
+                await ignoring_cancel(handler_spec["sleep_ms"] / 1000.0)
+                record(log, run, "end")
+            else:
+                await asyncio.sleep(handler_spec["sleep_ms"] / 1000.0)
         if "snooze" in handler_spec:
             run.snooze(handler_spec["snooze"])
         if handler_spec.get("durable_sleep_ms"):
             await run.sleep("nap", handler_spec["durable_sleep_ms"])
         return result_of(handler_spec)
-    return asyncio.run(tinyq.AsyncQueue(db, "q").work(handler, **work_options(spec)))
+
+    async def main():
+        queue = tinyq.AsyncQueue(db, "q")
+        if "stop" in spec:   # the app's own handler: work() calls it after its own stop()
+            asyncio.get_running_loop().add_signal_handler(
+                signal.SIGTERM, lambda: queue.stop(timeout=stop_timeout(spec)))
+        handled = await queue.work(handler, **work_options(spec))
+        if "stop" in spec:
+            print("returned %d" % handled, flush=True)
+            await asyncio.Event().wait()    # lives on: the abandoned handler may return
+        return handled
+    return asyncio.run(main())
 
 
 def main(kind, db, log, index):
@@ -79,6 +137,9 @@ def main(kind, db, log, index):
         print("raised %s: %s" % (type(exc).__name__, exc), flush=True)
         return
     print("returned %d" % handled, flush=True)
+    if "stop" in spec:
+        while True:           # lives on: the abandoned handler may return
+            time.sleep(1)
 
 
 if __name__ == "__main__":
