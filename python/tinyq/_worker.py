@@ -432,11 +432,12 @@ class _Pool:
 
     # -- stopping --------------------------------------------------------------------------
 
-    def drain(self, threads: List[threading.Thread]) -> None:
+    def drain(self, threads: List[threading.Thread], wait: bool = True) -> None:
         """Wait for the threads to finish their jobs; once stop(timeout=...)'s grace has
-        ended (a stop() during the drain may set or shorten it), abandon the handlers still
-        running and settle, on a connection of this thread, what their threads left."""
-        for thread in threads:
+        ended (a stop() during the drain may set or shorten it), or at once without `wait`,
+        abandon the handlers still running and settle, on a connection of this thread, what
+        their threads left."""
+        for thread in threads if wait else []:
             while thread.is_alive():
                 left = grace_left(self.queue._grace_ends)
                 if left == 0.0:
@@ -469,16 +470,22 @@ class _Pool:
         waiter = threading.Thread(target=self.waiter_main, name="tinyq-waiter", daemon=True)
         self.heartbeat.start()
         restore_signals = stop_on_signals(self.queue.stop)
+        interrupted = False
         try:
             for thread in threads + [waiter]:
                 thread.start()
             while not self.stopping.wait(1.0):   # stop(), a signal, or a thread's failure
                 pass
+        except BaseException:
+            # A second Ctrl-C that came while the first was being handled: it goes up now,
+            # not after a drain that may never end.
+            interrupted = True
+            raise
         finally:
             restore_signals()
             self.stopping.set()
             self.wake_all()
-            self.drain(threads)        # claim nothing more; wait for the work in flight
+            self.drain(threads, wait=not interrupted)   # claim nothing more; the work in flight
             self.heartbeat.close()
             # The waiter ends within a tq_wait slice and closes its connection: once work()
             # returns, nothing of it holds the file. It keeps this call's (set) stop event,
