@@ -130,6 +130,7 @@ bench: deps $(EXT) node/node_modules
 	$(PY) bench/workers.py
 	$(PY) bench/idle.py
 	$(PY) bench/scale.py
+	$(PY) bench/timeline.py
 	$(PY) bench/durability.py
 
 bench-quick: deps $(EXT) node/node_modules
@@ -139,6 +140,7 @@ bench-quick: deps $(EXT) node/node_modules
 	$(PY) bench/workers.py --quick
 	$(PY) bench/idle.py --quick
 	$(PY) bench/scale.py --quick
+	$(PY) bench/timeline.py --quick
 	$(PY) bench/durability.py --quick
 
 # docs/dashboard.png, dashboard-lists.png and dashboard-job.png, from the headless Chromium test.

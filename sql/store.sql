@@ -1,6 +1,6 @@
--- tinyq store, version 6: what a new store is created with. A store made by an older
+-- tinyq store, version 7: what a new store is created with. A store made by an older
 -- tinyq is brought here by sql/migrate_N_to_M.sql instead (tests/fixtures/v1_store.sql to
--- tests/fixtures/v5_store.sql are versions 1 to 5 as they shipped).
+-- tests/fixtures/v6_store.sql are versions 1 to 6 as they shipped).
 -- Every object is named tinyq_*; nothing else is touched.
 -- Value columns are declared BLOB: no affinity, so text such as '0012' is kept as given.
 
@@ -53,7 +53,7 @@ CREATE TABLE tinyq_jobs (
   expires_at  INTEGER,                      -- done/failed only: when the id is freed
   changed_at  INTEGER NOT NULL,             -- time of the latest state change (for its event)
   note        BLOB                           -- detail of the latest state change (for its event)
-, meta        BLOB, parked INTEGER NOT NULL DEFAULT 0, start_by INTEGER, slot INTEGER) -- meta: a JSON object kept beside the payload (version 3); parked: 1 for a due job set aside until its group has room (version 4); start_by: tq_add's `expires`, from when no attempt may start (version 6); slot: the id's row in tinyq_marks, NULL for a generated id (version 6); all written as ADD COLUMN writes them
+, meta        BLOB, parked INTEGER NOT NULL DEFAULT 0, start_by INTEGER, slot INTEGER, last_event INTEGER) -- meta: a JSON object kept beside the payload (version 3); parked: 1 for a due job set aside until its group has room (version 4); start_by: tq_add's `expires`, from when no attempt may start (version 6); slot: the id's row in tinyq_marks, NULL for a generated id (version 6); last_event: the seq of the job's latest event, the head of its timeline (version 7, see tinyq_events); all written as ADD COLUMN writes them
 ;
 
 -- Claim order (JOB-01) over due jobs. A claim walks only the jobs it may start
@@ -91,7 +91,16 @@ CREATE TABLE tinyq_events (
   attempt INTEGER NOT NULL,
   at      INTEGER NOT NULL,
   detail  BLOB
-);
+, prev INTEGER); -- prev (version 7, written as ADD COLUMN writes it): see the timeline block below
+
+-- ---- A job's timeline without a scan (schema 7) ---------------------------------------
+-- Each job's events form a chain, newest first: tinyq_jobs.last_event is the seq of the job's
+-- latest event and tinyq_events.prev the seq of the same job's event before it (NULL for the
+-- first), so tq_watch's `job` filter walks the job's own events by rowid, however long the
+-- log (docs/design.md, "A job's timeline"). The statements that log an event set last_event
+-- to the seq that event gets (src/timeline.rs); the event triggers write prev from
+-- OLD.last_event. No index: one by job costs each event a b-tree insert.
+-- ---- end of the timeline block -----------------------------------------------------------
 
 CREATE TABLE tinyq_starts (
   queue TEXT NOT NULL,
@@ -198,10 +207,10 @@ END;
 
 CREATE TRIGGER tinyq_jobs_changed AFTER UPDATE OF status, attempt ON tinyq_jobs
 WHEN OLD.status IS NOT NEW.status OR OLD.attempt IS NOT NEW.attempt BEGIN
-  INSERT INTO tinyq_events (id, queue, state, attempt, at, detail)
+  INSERT INTO tinyq_events (id, queue, state, attempt, at, detail, prev)
   VALUES (NEW.id, NEW.queue,
           CASE NEW.status WHEN 'queued' THEN 'waiting' ELSE NEW.status END,
-          NEW.attempt, NEW.changed_at, NEW.note);
+          NEW.attempt, NEW.changed_at, NEW.note, OLD.last_event);
   UPDATE tinyq_counts SET
     scheduled = scheduled + (NEW.status = 'scheduled') - (OLD.status = 'scheduled'),
     queued = queued + (NEW.status = 'queued') - (OLD.status = 'queued'),
@@ -318,9 +327,9 @@ END;
 -- The groups it leaves and joins are marked dirty (its old group's head cleared if it was
 -- that head), so the next claim promotes their heads (limits/groups.rs).
 CREATE TRIGGER tinyq_jobs_replaced AFTER UPDATE OF payload ON tinyq_jobs BEGIN
-  INSERT INTO tinyq_events (id, queue, state, attempt, at, detail)
+  INSERT INTO tinyq_events (id, queue, state, attempt, at, detail, prev)
   SELECT NEW.id, NEW.queue, CASE NEW.status WHEN 'queued' THEN 'waiting' ELSE NEW.status END,
-         NEW.attempt, NEW.changed_at, NEW.note
+         NEW.attempt, NEW.changed_at, NEW.note, OLD.last_event
   WHERE OLD.status IS NEW.status;
   UPDATE tinyq_counts SET spill = '+' || printf('%08x%d%016x%016x', 2147483647 - NEW.priority, NEW.run_at >= 0, NEW.run_at, NEW.seq)
   WHERE queue = NEW.queue AND spill IS NOT NULL AND OLD.status = 'queued' AND NEW.status = 'queued';
@@ -333,8 +342,8 @@ CREATE TRIGGER tinyq_jobs_replaced AFTER UPDATE OF payload ON tinyq_jobs BEGIN
 END;
 
 CREATE TRIGGER tinyq_jobs_progressed AFTER UPDATE OF progress ON tinyq_jobs BEGIN
-  INSERT INTO tinyq_events (id, queue, state, attempt, at, detail)
-  VALUES (NEW.id, NEW.queue, 'progress', NEW.attempt, NEW.changed_at, NEW.progress);
+  INSERT INTO tinyq_events (id, queue, state, attempt, at, detail, prev)
+  VALUES (NEW.id, NEW.queue, 'progress', NEW.attempt, NEW.changed_at, NEW.progress, OLD.last_event);
 END;
 
 CREATE TRIGGER tinyq_jobs_removed AFTER DELETE ON tinyq_jobs BEGIN

@@ -13,6 +13,7 @@
 use crate::options::{Moment, Options};
 use crate::settings::Settings;
 use crate::sqlite::{Conn, Result};
+use crate::timeline::next_event;
 
 /// The error of an expired job.
 pub const ERROR: &str = "expired";
@@ -54,10 +55,14 @@ pub fn too_late(start_by: Option<i64>, run_at: i64) -> bool {
 /// `after_failed` here, as those of any job that fails for good.
 pub fn end_expired(conn: &Conn, q: &Settings, now: i64) -> Result<()> {
     conn.exec(
-        "UPDATE tinyq_jobs INDEXED BY tinyq_jobs_expiring SET status = 'failed', error = ?4, note = ?4, holder = NULL, parked = 0,
+        concat!(
+            "UPDATE tinyq_jobs INDEXED BY tinyq_jobs_expiring SET",
+            next_event!(),
+            ", status = 'failed', error = ?4, note = ?4, holder = NULL, parked = 0,
              settled_at = max(start_by, changed_at), changed_at = max(start_by, changed_at),
              expires_at = max(start_by, changed_at) + ?3
-         WHERE (status = 'scheduled' OR status = 'queued') AND queue = ?1 AND start_by <= ?2",
+         WHERE (status = 'scheduled' OR status = 'queued') AND queue = ?1 AND start_by <= ?2"
+        ),
         &[&q.name, &now, &q.keep(), &ERROR],
     )?;
     Ok(())

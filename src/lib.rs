@@ -40,6 +40,7 @@ mod store;
 mod sweep;
 mod tables;
 mod time;
+mod timeline;
 mod wait;
 mod wake;
 mod wal;

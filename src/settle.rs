@@ -3,6 +3,7 @@
 
 use crate::settings::{self, Settings};
 use crate::sqlite::{Conn, Error, Out, Result, Stmt, Val};
+use crate::timeline::next_event;
 use crate::{expiry, options, random, time};
 
 pub enum Outcome {
@@ -81,9 +82,13 @@ pub fn apply(conn: &Conn, job: &Held, q: &Settings, outcome: Outcome, now: i64) 
             } else if left {
                 // Back in line at its old place; lease_until stays so a late settle still counts.
                 conn.exec(
-                    "UPDATE tinyq_jobs SET status = 'queued', holder = NULL, changed_at = ?2, note = ?3,
+                    concat!(
+                        "UPDATE tinyq_jobs SET",
+                        next_event!(),
+                        ", status = 'queued', holder = NULL, changed_at = ?2, note = ?3,
                          parked = (?4 AND grp IS NOT NULL)
-                     WHERE seq = ?1",
+                     WHERE seq = ?1"
+                    ),
                     &[&job.seq, &now, &why, &q.has_group_limits()],
                 )
             } else {
@@ -109,11 +114,15 @@ fn again(
     now: i64,
 ) -> Result<i64> {
     conn.exec(
-        "UPDATE tinyq_jobs SET status = CASE WHEN ?3 > ?6 THEN 'scheduled' ELSE 'queued' END,
+        concat!(
+            "UPDATE tinyq_jobs SET",
+            next_event!(),
+            ", status = CASE WHEN ?3 > ?6 THEN 'scheduled' ELSE 'queued' END,
              tries = ?2, run_at = ?3, error = coalesce(?4, error), note = ?5, changed_at = ?6,
              lease_until = NULL, deadline = NULL, holder = NULL, expires_at = NULL,
              parked = (?7 AND ?3 <= ?6 AND grp IS NOT NULL)
-         WHERE seq = ?1",
+         WHERE seq = ?1"
+        ),
         &[&seq, &tries, &run_at, &error, &note, &now, &q.has_group_limits()],
     )
 }
@@ -122,10 +131,14 @@ fn again(
 /// late settlement still counts until someone claims the job (JOB-05).
 fn fail(conn: &Conn, seq: i64, msg: &str, q: &Settings, now: i64, keep_lease: bool) -> Result<i64> {
     conn.exec(
-        "UPDATE tinyq_jobs SET status = 'failed', error = ?2, note = ?2, holder = NULL,
+        concat!(
+            "UPDATE tinyq_jobs SET",
+            next_event!(),
+            ", status = 'failed', error = ?2, note = ?2, holder = NULL,
              lease_until = CASE WHEN ?5 THEN lease_until END,
              settled_at = ?3, expires_at = ?4, changed_at = ?3
-         WHERE seq = ?1",
+         WHERE seq = ?1"
+        ),
         &[&seq, &msg, &now, &(now + q.keep()), &keep_lease],
     )
 }
@@ -187,7 +200,9 @@ pub(crate) use working_fence;
 fn done(conn: &Conn, id: &str, attempt: i64, result: &Val) -> Result<Out> {
     let n = conn.exec(
         concat!(
-            "UPDATE tinyq_jobs SET status = 'done', result = ?3, error = NULL, lease_until = NULL, holder = NULL,
+            "UPDATE tinyq_jobs SET",
+            next_event!(),
+            ", status = 'done', result = ?3, error = NULL, lease_until = NULL, holder = NULL,
                  settled_at = ?4, changed_at = ?4, note = NULL,
                  expires_at = ?4 + coalesce((SELECT dedupe FROM tinyq_queues WHERE name = tinyq_jobs.queue), ?5)
              WHERE",

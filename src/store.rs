@@ -7,7 +7,7 @@ use crate::sqlite::Conn;
 use crate::sqlite::{Error, Result};
 
 /// What a new store is created with, at this version.
-const STORE: Step = (6, include_str!("../sql/store.sql"), None);
+const STORE: Step = (7, include_str!("../sql/store.sql"), None);
 
 /// A version, the script that brings a store to it, and what tinyq does after the script.
 type Step = (i64, &'static str, Option<fn(&Conn) -> Result<()>>);
@@ -19,6 +19,7 @@ const MIGRATIONS: &[Step] = &[
     (4, include_str!("../sql/migrate_3_to_4.sql"), None),
     (5, include_str!("../sql/migrate_4_to_5.sql"), None),
     (6, include_str!("../sql/migrate_5_to_6.sql"), Some(marks::migrate)),
+    (7, include_str!("../sql/migrate_6_to_7.sql"), None),
 ];
 
 pub fn version() -> i64 {
