@@ -297,3 +297,96 @@ def test_WAT_01_a_watcher_in_another_process_sees_each_event_once(db, db_path, t
                            ("done", 1)], (job_id, changes)
     print(f"\nWAT-01 tail: {len(seen)} events from {n_writers} writer process(es) "
           f"over {polls} polls")
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_WAT_01_a_jobs_timeline_is_its_events_through_every_path(tmp_path, seed):
+    """`tq_watch WHERE job = ?` reads a job's own events (schema 7 chains them): after adds
+    (scheduled, grouped, bounded, replaced, debounced), claims of one and of several,
+    progress, every outcome, leases that run out, expiries, cancels, retries and sweeps, each
+    job's timeline is exactly the log's events of that id, in seq order, from any `since`."""
+    import random
+    rnd = random.Random(seed)
+    db = connect(str(tmp_path / "t.db"))
+    now = T0
+    pin(db, now)
+    one(db, "SELECT tq_queue('g', '{\"group_concurrency\": 1, \"keep\": \"10s\", \"dedupe\": \"5s\"}')")
+    chosen = iter(range(10**6))
+    for _ in range(1500):
+        op, q = rnd.random(), rnd.choice(["q", "g"])
+        if op < 0.3:
+            opts = {"priority": rnd.randint(0, 2)}
+            if rnd.random() < 0.3:
+                opts["id"] = "k%d" % next(chosen)
+            if rnd.random() < 0.2:
+                opts["delay"] = rnd.choice([500, 3000])
+            if rnd.random() < 0.3:
+                opts["group"] = rnd.choice("ab")
+            if rnd.random() < 0.2:
+                opts["expires"] = "4s"
+            one(db, "SELECT tq_add(?, '{}', ?)", q, json.dumps(opts))
+        elif op < 0.35:
+            row = db.execute("SELECT id, queue FROM tq_jobs WHERE id LIKE 'k%' AND state IN ('waiting', 'scheduled')"
+                             " ORDER BY random() LIMIT 1").fetchone()
+            if row:
+                one(db, "SELECT tq_add(?, '{\"again\": 1}', ?)", row[1], json.dumps(
+                    {"id": row[0], "on_conflict": rnd.choice(["replace", "debounce"]), "delay": rnd.choice([0, 800]),
+                     "priority": rnd.randint(0, 2)}))
+        elif op < 0.55:
+            db.execute("SELECT * FROM tq_claim(?, 'w', ?, '{\"lease\": \"1s\"}')", (q, rnd.randint(1, 5))).fetchall()
+        elif op < 0.75:
+            row = db.execute("SELECT id, attempt FROM tq_jobs WHERE state = 'running' ORDER BY random() LIMIT 1").fetchone()
+            if row:
+                if rnd.random() < 0.3:
+                    one(db, "SELECT tq_progress(?, ?, '1')", *row)
+                outcome, value = rnd.choice([("done", None), ("error", "x"), ("retry", "0ms"), ("snooze", "1s"),
+                                             ("fail", "no")])
+                one(db, "SELECT tq_settle(?, ?, ?, ?)", *row, outcome, value)
+        elif op < 0.82:
+            row = db.execute("SELECT id FROM tq_jobs WHERE state IN ('waiting', 'running', 'scheduled')"
+                             " ORDER BY random() LIMIT 1").fetchone()
+            if row:
+                one(db, "SELECT tq_cancel(?)", row[0])
+        elif op < 0.87:
+            row = db.execute("SELECT id FROM tq_jobs WHERE state = 'failed' ORDER BY random() LIMIT 1").fetchone()
+            if row:
+                one(db, "SELECT tq_retry(?)", row[0])
+        else:
+            now += rnd.choice([300, 1000, 2500])
+            pin(db, now)
+
+    def check():
+        ids = [r[0] for r in db.execute("SELECT DISTINCT id FROM tq_watch(0)")]
+        for jid in ids:
+            log = db.execute("SELECT seq, state, attempt, detail FROM tq_watch(0) WHERE id = ? ORDER BY seq",
+                             (jid,)).fetchall()
+            for since in (0, log[0][0], log[len(log) // 2][0]):
+                assert db.execute("SELECT seq, state, attempt, detail FROM tq_watch WHERE job = ? AND since = ?",
+                                  (jid, since)).fetchall() == [e for e in log if e[0] > since], (seed, jid, since)
+        return len(ids)
+
+    assert check() > 100
+    # The oldest events swept (past every queue's keep): the timelines keep what is kept.
+    one(db, "SELECT tq_queue('q', '{\"keep\": \"10s\", \"dedupe\": \"5s\"}')")
+    pin(db, now + 12_000)
+    for q in ("q", "g"):
+        claim(db, q, "w", 50)
+    one(db, "SELECT tq_sweep()")
+    assert one(db, "SELECT min(seq) FROM tq_watch(0)") > 1
+    assert check() > 1
+    db.close()
+
+
+def test_WAT_01_a_job_added_again_has_its_own_timeline_and_a_gone_one_keeps_its_events(tmp_path):
+    """An id cancelled and added again: the job now present shows its own events from its add;
+    while it is gone, its page shows the events of the id that are kept."""
+    db = connect(str(tmp_path / "t.db"))
+    pin(db, T0)
+    add(db, "q", id="again")
+    [job] = claim(db, "q", "w", 1)
+    one(db, "SELECT tq_cancel('again')")
+    assert [r[0] for r in db.execute("SELECT state FROM tq_watch WHERE job = 'again'")] == ["waiting", "running",
+                                                                                            "cancelled"]
+    add(db, "q", id="again", delay=1000)
+    assert [r[0] for r in db.execute("SELECT state FROM tq_watch WHERE job = 'again'")] == ["scheduled"]
+    db.close()
