@@ -133,6 +133,7 @@ bench: deps $(EXT) node/node_modules
 	$(PY) bench/workers.py --before $(BENCH_BEFORE)
 	$(PY) bench/idle.py
 	$(PY) bench/scale.py
+	$(PY) bench/timeline.py
 	$(PY) bench/durability.py
 
 bench-quick: deps $(EXT) node/node_modules
@@ -142,6 +143,7 @@ bench-quick: deps $(EXT) node/node_modules
 	$(PY) bench/workers.py --quick --before $(BENCH_BEFORE)
 	$(PY) bench/idle.py --quick
 	$(PY) bench/scale.py --quick
+	$(PY) bench/timeline.py --quick
 	$(PY) bench/durability.py --quick
 
 # docs/dashboard.png, dashboard-lists.png, dashboard-job.png and dashboard-blocked.png, from the

@@ -64,7 +64,8 @@ CREATE TABLE tinyq_jobs (
   after_failed TEXT,                         -- 'run' or 'cancel'; NULL: 'fail'
   held         INTEGER,                      -- dependents not finished yet (they keep this job)
   linked       INTEGER                       -- 1 once the job is on either side of a tinyq_deps row
-);
+, last_event INTEGER) -- last_event (version 7, written as ADD COLUMN writes it after the workflows block's rebuild): the seq of the job's latest event, the head of its timeline (see tinyq_events)
+;
 
 -- Claim order (JOB-01) over due jobs. A claim walks only the jobs it may start
 -- (parked = 0): ungrouped jobs and the head of each group that has room (docs/design.md).
@@ -101,7 +102,16 @@ CREATE TABLE tinyq_events (
   attempt INTEGER NOT NULL,
   at      INTEGER NOT NULL,
   detail  BLOB
-);
+, prev INTEGER); -- prev (version 7, written as ADD COLUMN writes it): see the timeline block below
+
+-- ---- A job's timeline without a scan (schema 7) ---------------------------------------
+-- Each job's events form a chain, newest first: tinyq_jobs.last_event is the seq of the job's
+-- latest event and tinyq_events.prev the seq of the same job's event before it (NULL for the
+-- first), so tq_watch's `job` filter walks the job's own events by rowid, however long the
+-- log (docs/design.md, "A job's timeline"). The statements that log an event set last_event
+-- to the seq that event gets (src/timeline.rs); the event triggers write prev from
+-- OLD.last_event. No index: one by job costs each event a b-tree insert.
+-- ---- end of the timeline block -----------------------------------------------------------
 
 CREATE TABLE tinyq_starts (
   queue TEXT NOT NULL,
@@ -209,10 +219,10 @@ END;
 
 CREATE TRIGGER tinyq_jobs_changed AFTER UPDATE OF status, attempt ON tinyq_jobs
 WHEN OLD.status IS NOT NEW.status OR OLD.attempt IS NOT NEW.attempt BEGIN
-  INSERT INTO tinyq_events (id, queue, state, attempt, at, detail)
+  INSERT INTO tinyq_events (id, queue, state, attempt, at, detail, prev)
   VALUES (NEW.id, NEW.queue,
           CASE NEW.status WHEN 'queued' THEN 'waiting' ELSE NEW.status END,
-          NEW.attempt, NEW.changed_at, NEW.note);
+          NEW.attempt, NEW.changed_at, NEW.note, OLD.last_event);
   UPDATE tinyq_counts SET
     scheduled = scheduled + (NEW.status = 'scheduled') - (OLD.status = 'scheduled'),
     queued = queued + (NEW.status = 'queued') - (OLD.status = 'queued'),
@@ -330,9 +340,9 @@ END;
 -- The groups it leaves and joins are marked dirty (its old group's head cleared if it was
 -- that head), so the next claim promotes their heads (limits/groups.rs).
 CREATE TRIGGER tinyq_jobs_replaced AFTER UPDATE OF payload ON tinyq_jobs BEGIN
-  INSERT INTO tinyq_events (id, queue, state, attempt, at, detail)
+  INSERT INTO tinyq_events (id, queue, state, attempt, at, detail, prev)
   SELECT NEW.id, NEW.queue, CASE NEW.status WHEN 'queued' THEN 'waiting' ELSE NEW.status END,
-         NEW.attempt, NEW.changed_at, NEW.note
+         NEW.attempt, NEW.changed_at, NEW.note, OLD.last_event
   WHERE OLD.status IS NEW.status;
   UPDATE tinyq_counts SET spill = '+' || printf('%08x%d%016x%016x', 2147483647 - NEW.priority, NEW.run_at >= 0, NEW.run_at, NEW.seq)
   WHERE queue = NEW.queue AND spill IS NOT NULL AND OLD.status = 'queued' AND NEW.status = 'queued';
@@ -345,8 +355,8 @@ CREATE TRIGGER tinyq_jobs_replaced AFTER UPDATE OF payload ON tinyq_jobs BEGIN
 END;
 
 CREATE TRIGGER tinyq_jobs_progressed AFTER UPDATE OF progress ON tinyq_jobs BEGIN
-  INSERT INTO tinyq_events (id, queue, state, attempt, at, detail)
-  VALUES (NEW.id, NEW.queue, 'progress', NEW.attempt, NEW.changed_at, NEW.progress);
+  INSERT INTO tinyq_events (id, queue, state, attempt, at, detail, prev)
+  VALUES (NEW.id, NEW.queue, 'progress', NEW.attempt, NEW.changed_at, NEW.progress, OLD.last_event);
 END;
 
 CREATE TRIGGER tinyq_jobs_removed AFTER DELETE ON tinyq_jobs BEGIN

@@ -12,6 +12,7 @@ use crate::settings::{self, Settings};
 use crate::settle::{self, Held, Outcome};
 use crate::sqlite::{Bind, Conn};
 use crate::sqlite::{Result, Val};
+use crate::timeline::next_event;
 use crate::{expiry, holders, signals, sweep, wal};
 
 /// Most jobs one claim may take.
@@ -76,7 +77,9 @@ pub fn give_back(conn: &Conn, queue: &str, jobs: &[(String, i64)]) -> Result<()>
         for (id, attempt) in jobs {
             conn.exec(
                 concat!(
-                    "UPDATE tinyq_jobs SET status = 'queued', tries = tries - 1, lease_until = NULL, deadline = NULL,
+                    "UPDATE tinyq_jobs SET",
+                    next_event!(),
+                    ", status = 'queued', tries = tries - 1, lease_until = NULL, deadline = NULL,
                          holder = NULL, changed_at = ?3, note = 'not returned', parked = (?4 AND grp IS NOT NULL)
                      WHERE",
                     settle::working_fence!()
@@ -197,8 +200,12 @@ fn end_expired(conn: &Conn, q: &Settings, now: i64) -> Result<()> {
 /// in a queue with group limits a grouped one is set aside until its group promotes it.
 fn make_due(conn: &Conn, q: &Settings, now: i64) -> Result<()> {
     conn.exec(
-        "UPDATE tinyq_jobs SET status = 'queued', changed_at = run_at, note = NULL, parked = (?3 AND grp IS NOT NULL)
-         WHERE status = 'scheduled' AND queue = ?1 AND run_at <= ?2",
+        concat!(
+            "UPDATE tinyq_jobs SET",
+            next_event!(),
+            ", status = 'queued', changed_at = run_at, note = NULL, parked = (?3 AND grp IS NOT NULL)
+         WHERE status = 'scheduled' AND queue = ?1 AND run_at <= ?2"
+        ),
         &[&q.name, &now, &q.has_group_limits()],
     )?;
     Ok(())
@@ -328,7 +335,9 @@ fn read_picked(conn: &Conn, seq: i64, group: Option<String>) -> Result<Picked> {
 macro_rules! lease_where {
     ($which:literal) => {
         concat!(
-            "UPDATE tinyq_jobs SET status = 'running', attempt = attempt + 1, tries = tries + 1,
+            "UPDATE tinyq_jobs SET",
+            next_event!(),
+            ", status = 'running', attempt = attempt + 1, tries = tries + 1,
                  lease_until = ?2, deadline = ?3, started_at = ?4, worker = ?5, holder = ?6,
                  changed_at = ?4, note = ?5, expires_at = NULL, parked = 0
              WHERE ",

@@ -13,6 +13,7 @@
 use crate::options::{Moment, Options};
 use crate::settings::Settings;
 use crate::sqlite::{Conn, Result};
+use crate::timeline::next_event;
 use crate::workflows::{self, End};
 
 /// The error of an expired job.
@@ -61,10 +62,14 @@ pub fn end_expired(conn: &Conn, q: &Settings, now: i64) -> Result<()> {
         |st| st.int(0),
     )?;
     conn.exec(
-        "UPDATE tinyq_jobs INDEXED BY tinyq_jobs_expiring SET status = 'failed', error = ?4, note = ?4, holder = NULL, parked = 0,
+        concat!(
+            "UPDATE tinyq_jobs INDEXED BY tinyq_jobs_expiring SET",
+            next_event!(),
+            ", status = 'failed', error = ?4, note = ?4, holder = NULL, parked = 0,
              settled_at = max(start_by, changed_at), changed_at = max(start_by, changed_at),
              expires_at = CASE WHEN held IS NULL THEN max(start_by, changed_at) + ?3 END
-         WHERE (status = 'scheduled' OR status = 'queued') AND queue = ?1 AND start_by <= ?2",
+         WHERE (status = 'scheduled' OR status = 'queued') AND queue = ?1 AND start_by <= ?2"
+        ),
         &[&q.name, &now, &q.keep(), &ERROR],
     )?;
     for seq in linked {

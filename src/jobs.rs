@@ -8,6 +8,7 @@ use crate::settings;
 use crate::sqlite::Conn;
 use crate::sqlite::{Out, Result, Val};
 use crate::stats;
+use crate::timeline::next_event;
 use crate::workflows::{self, After, End};
 use crate::{expiry, json, random, store};
 
@@ -31,14 +32,16 @@ pub(crate) use group_limited;
 macro_rules! insert_job {
     () => {
         concat!(
-            "INSERT INTO tinyq_jobs (id, queue, status, grp, priority, run_at, budget, payload, meta, created_at, changed_at, attempt, parked, start_by, slot, waits, after_failed)
+            "INSERT INTO tinyq_jobs (id, queue, status, grp, priority, run_at, budget, payload, meta, created_at, changed_at, attempt, parked, start_by, slot, waits, after_failed, last_event)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?10,
                      -- attempts continue after those of the id's earlier jobs (JOB-05, marks.rs)
                      CASE WHEN ?12 IS NULL THEN 0 ELSE coalesce((SELECT attempt FROM tinyq_marks WHERE slot = ?12), 0) END,
                      -- set aside until its group promotes it (limits/groups.rs)
                      CASE WHEN ?4 IS NOT NULL AND ?3 = 'queued' THEN ",
             $crate::jobs::group_limited!("?2"),
-            " ELSE 0 END, ?11, ?12, ?14, ?15)"
+            " ELSE 0 END, ?11, ?12, ?14, ?15,
+                     -- the seq of its first event (timeline.rs): one row, so computed once
+                     ifnull((SELECT seq FROM tinyq_events ORDER BY seq DESC LIMIT 1), 0) + 1)"
         )
     };
 }
@@ -314,8 +317,12 @@ pub fn tq_cancel(conn: &Conn, args: &[Val]) -> Result<Out> {
         // (A trigger doing the delete would cost every UPDATE of tinyq_jobs ~5 µs.)
         let now = conn.now();
         let marked = conn.exec(
-            "UPDATE tinyq_jobs SET status = 'cancelled', changed_at = ?2, note = NULL
-             WHERE id = ?1 AND status IN ('scheduled', 'queued', 'running', 'blocked')",
+            concat!(
+                "UPDATE tinyq_jobs SET",
+                next_event!(),
+                ", status = 'cancelled', changed_at = ?2, note = NULL
+             WHERE id = ?1 AND status IN ('scheduled', 'queued', 'running', 'blocked')"
+            ),
             &[&id, &now],
         )?;
         if marked > 0 {
@@ -342,7 +349,9 @@ pub fn tq_retry(conn: &Conn, args: &[Val]) -> Result<Out> {
         let now = conn.now();
         let n = conn.exec(
             concat!(
-                "UPDATE tinyq_jobs SET status = 'queued', tries = 0, run_at = ?2, lease_until = NULL, deadline = NULL,
+                "UPDATE tinyq_jobs SET",
+                next_event!(),
+                ", status = 'queued', tries = 0, run_at = ?2, lease_until = NULL, deadline = NULL,
                  holder = NULL, settled_at = NULL, expires_at = NULL, changed_at = ?2, note = 'retry',
                  -- an `expires` already past would end it again at once: a retry runs it
                  start_by = CASE WHEN start_by > ?2 THEN start_by END,

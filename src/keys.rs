@@ -103,8 +103,9 @@ pub fn write(conn: &Conn, job: &Row, now: i64) -> Result<i64> {
     conn.exec(
         concat!(
             insert_job!(),
-            " ON CONFLICT (id) DO UPDATE SET
-                 status = CASE WHEN tinyq_jobs.status = 'blocked' THEN 'blocked' WHEN ",
+            " ON CONFLICT (id) DO UPDATE SET",
+            crate::timeline::next_event!(),
+            ", status = CASE WHEN tinyq_jobs.status = 'blocked' THEN 'blocked' WHEN ",
             new_run_at!(),
             " > ?10 THEN 'scheduled' ELSE 'queued' END,
                  run_at = CASE WHEN tinyq_jobs.signal IS NOT NULL THEN tinyq_jobs.run_at ELSE ",

@@ -42,6 +42,7 @@ mod store;
 mod sweep;
 mod tables;
 mod time;
+mod timeline;
 mod wait;
 mod waits;
 mod wake;

@@ -3,6 +3,7 @@
 
 use crate::settings::{self, Settings};
 use crate::sqlite::{Conn, Error, Out, Result, Stmt, Val};
+use crate::timeline::next_event;
 use crate::waits::{self, Wait};
 use crate::workflows::{self, End};
 use crate::{expiry, options, random, time};
@@ -90,9 +91,13 @@ pub fn apply(conn: &Conn, job: &Held, q: &Settings, outcome: Outcome, now: i64) 
             } else if left {
                 // Back in line at its old place; lease_until stays so a late settle still counts.
                 conn.exec(
-                    "UPDATE tinyq_jobs SET status = 'queued', holder = NULL, changed_at = ?2, note = ?3,
+                    concat!(
+                        "UPDATE tinyq_jobs SET",
+                        next_event!(),
+                        ", status = 'queued', holder = NULL, changed_at = ?2, note = ?3,
                          parked = (?4 AND grp IS NOT NULL)
-                     WHERE seq = ?1",
+                     WHERE seq = ?1"
+                    ),
                     &[&job.seq, &now, &why, &q.has_group_limits()],
                 )
             } else {
@@ -118,11 +123,15 @@ pub fn again(
     now: i64,
 ) -> Result<i64> {
     conn.exec(
-        "UPDATE tinyq_jobs SET status = CASE WHEN ?3 > ?6 THEN 'scheduled' ELSE 'queued' END,
+        concat!(
+            "UPDATE tinyq_jobs SET",
+            next_event!(),
+            ", status = CASE WHEN ?3 > ?6 THEN 'scheduled' ELSE 'queued' END,
              tries = ?2, run_at = ?3, error = coalesce(?4, error), note = ?5, changed_at = ?6,
              lease_until = NULL, deadline = NULL, holder = NULL, expires_at = NULL,
              parked = (?7 AND ?3 <= ?6 AND grp IS NOT NULL)
-         WHERE seq = ?1",
+         WHERE seq = ?1"
+        ),
         &[&seq, &tries, &run_at, &error, &note, &now, &q.has_group_limits()],
     )
 }
@@ -133,10 +142,14 @@ pub fn again(
 /// `after_failed` (DEP-01).
 fn fail(conn: &Conn, job: &Held, msg: &str, q: &Settings, now: i64, keep_lease: bool) -> Result<i64> {
     let n = conn.exec(
-        "UPDATE tinyq_jobs SET status = 'failed', error = ?2, note = ?2, holder = NULL,
+        concat!(
+            "UPDATE tinyq_jobs SET",
+            next_event!(),
+            ", status = 'failed', error = ?2, note = ?2, holder = NULL,
              lease_until = CASE WHEN ?5 THEN lease_until END,
              settled_at = ?3, expires_at = CASE WHEN held IS NULL THEN ?4 END, changed_at = ?3
-         WHERE seq = ?1",
+         WHERE seq = ?1"
+        ),
         &[&job.seq, &msg, &now, &(now + q.keep()), &keep_lease],
     )?;
     if job.linked {
@@ -207,7 +220,9 @@ pub(crate) use working_fence;
 macro_rules! done_sql {
     ($also:literal) => {
         concat!(
-            "UPDATE tinyq_jobs SET status = 'done', result = ?3, error = NULL, lease_until = NULL, holder = NULL,
+            "UPDATE tinyq_jobs SET",
+            next_event!(),
+            ", status = 'done', result = ?3, error = NULL, lease_until = NULL, holder = NULL,
                  settled_at = ?4, changed_at = ?4, note = NULL,
                  expires_at = CASE WHEN held IS NULL THEN ?4 + coalesce((SELECT dedupe FROM tinyq_queues WHERE name = tinyq_jobs.queue), ?5) END
              WHERE",

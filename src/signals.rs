@@ -9,6 +9,7 @@ use crate::jobs::group_limited;
 use crate::options::{self, Options};
 use crate::settings::Settings;
 use crate::sqlite::{Conn, Out, Result, Val};
+use crate::timeline::next_event;
 
 /// How long a signal is kept by default.
 pub const DEFAULT_KEEP: i64 = 7 * 86_400_000;
@@ -60,7 +61,9 @@ pub fn tq_signal(conn: &Conn, args: &[Val]) -> Result<Out> {
         )?;
         let woken = conn.exec(
             concat!(
-                "UPDATE tinyq_jobs SET status = 'queued', signal = NULL, run_at = ?2, changed_at = ?2, note = ?3,
+                "UPDATE tinyq_jobs SET",
+                next_event!(),
+                ", status = 'queued', signal = NULL, run_at = ?2, changed_at = ?2, note = ?3,
                      parked = grp IS NOT NULL AND ",
                 group_limited!("tinyq_jobs.queue"),
                 " WHERE status = 'blocked' AND signal = ?1"
@@ -97,9 +100,13 @@ pub(crate) use timed_out;
 /// timeout); grouped ones in a queue with group limits are set aside as any due job.
 pub fn end_timeouts(conn: &Conn, q: &Settings, now: i64) -> Result<i64> {
     conn.exec(
-        "UPDATE tinyq_jobs INDEXED BY tinyq_jobs_timeout SET status = 'queued', signal = NULL, changed_at = run_at,
+        concat!(
+            "UPDATE tinyq_jobs INDEXED BY tinyq_jobs_timeout SET",
+            next_event!(),
+            ", status = 'queued', signal = NULL, changed_at = run_at,
              note = ?4, parked = (?3 AND grp IS NOT NULL)
-         WHERE status = 'blocked' AND signal IS NOT NULL AND queue = ?1 AND run_at <= ?2",
+         WHERE status = 'blocked' AND signal IS NOT NULL AND queue = ?1 AND run_at <= ?2"
+        ),
         &[&q.name, &now, &q.has_group_limits(), &r#"{"timeout":true}"#],
     )
 }

@@ -10,6 +10,7 @@ use crate::sqlite::{Error, Result, Val};
 use crate::sqlite::{Rows, TableFn};
 use crate::stats;
 use crate::store;
+use crate::timeline;
 
 fn arg(filters: &[Option<Val>], i: usize) -> Option<&Val> {
     filters.get(i).and_then(Option::as_ref)
@@ -109,12 +110,16 @@ impl TableFn for Watch {
                  WHERE seq > ?1 AND queue = ?2 ORDER BY seq",
                 &[&since, q],
             )?,
-            // The event log has no index by job (schema 2): this reads the events after `since`.
-            (_, Some(id)) => conn.query(
-                "SELECT seq, id, queue, state, attempt, at, detail FROM tinyq_events
+            (_, Some(id)) => match timeline::events(conn, id, since, queue.as_deref())? {
+                Some(rows) => return Ok(Rows::list(rows)),
+                // No job has this id (cancelled, or swept while its events are kept): the
+                // events after `since` are read, as they have no chain to start from.
+                None => conn.query(
+                    "SELECT seq, id, queue, state, attempt, at, detail FROM tinyq_events
                  WHERE seq > ?1 AND id = ?3 AND (?2 IS NULL OR queue = ?2) ORDER BY seq",
-                &[&since, &queue, id],
-            )?,
+                    &[&since, &queue, id],
+                )?,
+            },
         };
         Ok(Rows::query(st))
     }

@@ -8,6 +8,7 @@ use crate::settings::Settings;
 use crate::settle::{self, Held};
 use crate::signals;
 use crate::sqlite::{Conn, Error, Result, Val};
+use crate::timeline::next_event;
 use crate::workflows::{self, FOREVER};
 
 pub enum Wait {
@@ -77,10 +78,14 @@ pub fn begin(conn: &Conn, job: &Held, q: &Settings, wait: &Wait, now: i64) -> Re
 /// `signal` set: it waits for it until `arg` (run_at); else for `arg` dependencies.
 fn block(conn: &Conn, job: &Held, signal: Option<&str>, arg: i64, now: i64, note: &str) -> Result<i64> {
     conn.exec(
-        "UPDATE tinyq_jobs SET status = 'blocked', tries = ?2, lease_until = NULL, deadline = NULL, holder = NULL,
+        concat!(
+            "UPDATE tinyq_jobs SET",
+            next_event!(),
+            ", status = 'blocked', tries = ?2, lease_until = NULL, deadline = NULL, holder = NULL,
              expires_at = NULL, parked = 0, changed_at = ?3, note = ?4, signal = ?5,
              waits = CASE WHEN ?5 IS NULL THEN ?6 END, run_at = CASE WHEN ?5 IS NULL THEN ?3 ELSE ?6 END
-         WHERE seq = ?1",
+         WHERE seq = ?1"
+        ),
         &[&job.seq, &(job.tries - 1), &now, &note, &signal, &arg],
     )
 }

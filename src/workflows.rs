@@ -15,6 +15,7 @@ use crate::jobs::group_limited;
 use crate::options::{self, Options};
 use crate::settings;
 use crate::sqlite::{Conn, Error, Result};
+use crate::timeline::next_event;
 
 /// The options of tq_add that make a job wait for others.
 pub const OPTIONS: &[&str] = &["after", "after_failed"];
@@ -232,7 +233,11 @@ fn resolve(conn: &Conn, dep: i64, how: End, job: i64, now: i64, work: &mut Vec<(
         }
         (_, AfterFailed::Cancel) => {
             conn.exec(
-                "UPDATE tinyq_jobs SET status = 'cancelled', waits = NULL, changed_at = ?2, note = NULL WHERE seq = ?1",
+                concat!(
+                    "UPDATE tinyq_jobs SET",
+                    next_event!(),
+                    ", status = 'cancelled', waits = NULL, changed_at = ?2, note = NULL WHERE seq = ?1"
+                ),
                 &[&job, &now],
             )?;
             work.push((job, End::Cancelled));
@@ -246,7 +251,9 @@ fn resolve(conn: &Conn, dep: i64, how: End, job: i64, now: i64, work: &mut Vec<(
 fn unblock(conn: &Conn, job: i64, now: i64) -> Result<i64> {
     conn.exec(
         concat!(
-            "UPDATE tinyq_jobs SET waits = NULL, status = CASE WHEN run_at > ?2 THEN 'scheduled' ELSE 'queued' END,
+            "UPDATE tinyq_jobs SET",
+            next_event!(),
+            ", waits = NULL, status = CASE WHEN run_at > ?2 THEN 'scheduled' ELSE 'queued' END,
                  run_at = max(run_at, ?2), changed_at = ?2, note = NULL,
                  parked = run_at <= ?2 AND grp IS NOT NULL AND ",
             group_limited!("tinyq_jobs.queue"),
@@ -260,9 +267,13 @@ fn unblock(conn: &Conn, job: i64, now: i64) -> Result<i64> {
 /// (or longer, while dependents of its own hold it).
 fn fail(conn: &Conn, job: i64, msg: &str, now: i64) -> Result<i64> {
     conn.exec(
-        "UPDATE tinyq_jobs SET status = 'failed', waits = NULL, error = ?2, note = ?2, settled_at = ?3, changed_at = ?3,
+        concat!(
+            "UPDATE tinyq_jobs SET",
+            next_event!(),
+            ", status = 'failed', waits = NULL, error = ?2, note = ?2, settled_at = ?3, changed_at = ?3,
              expires_at = CASE WHEN held IS NULL THEN ?3 + coalesce((SELECT keep FROM tinyq_queues WHERE name = tinyq_jobs.queue), ?4) END
-         WHERE seq = ?1",
+         WHERE seq = ?1"
+        ),
         &[&job, &msg, &now, &settings::DEFAULT_KEEP],
     )
 }

@@ -474,3 +474,39 @@ def test_COST_01_spans_of_buckets_are_kept_as_a_long_line_fills_and_drains(tmp_p
     check_buckets(db)
     assert one(db, "SELECT count(*) FROM tinyq_spans") == 0
     db.close()
+
+
+def timeline_store(tmp_path, events):
+    """A job added first and finished last, with `events` other events logged in between (plain
+    inserts into the log, as a busy store's other jobs would leave them): its timeline is
+    three events spread over the whole log."""
+    db = store(tmp_path, f"timeline{events}")
+    one(db, "SELECT tq_add('t', '{}', '{\"id\": \"me\"}')")
+    db.execute("BEGIN IMMEDIATE")
+    db.execute("WITH RECURSIVE c(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM c WHERE i < ?) "
+               "INSERT INTO tinyq_events (id, queue, state, attempt, at) "
+               "SELECT 'other-' || (i % 1000), 't', 'waiting', 0, ? FROM c", (events, NOW))
+    db.execute("COMMIT")
+    [(jid, attempt)] = db.execute("SELECT id, attempt FROM tq_claim('t', 'w', 1)").fetchall()
+    one(db, "SELECT tq_progress(?, ?, '50%')", jid, attempt)
+    one(db, "SELECT tq_settle(?, ?, 'done')", jid, attempt)
+    return db
+
+
+@pytest.mark.parametrize("since", ["first look", "after its first event"])
+def test_COST_01_a_jobs_timeline_reads_its_own_events_at_10k_and_1m_events(tmp_path, since):
+    """`tq_watch WHERE job = ?` (the job page, `tinyq get`) reads the job's own events, not the
+    log: the same work with 10,000 or 1,000,000 other events kept (schema 7's chain)."""
+    costs = {}
+    for events in (10_000, 1_000_000):
+        db = timeline_store(tmp_path, events)
+        after = 0 if since == "first look" else one(db, "SELECT min(seq) FROM tq_watch WHERE job = 'me'")
+        sql = "SELECT seq, state FROM tq_watch WHERE job = 'me' AND since = ?"
+        want = db.execute("SELECT seq, state FROM tinyq_events WHERE id = 'me' AND seq > ? ORDER BY seq", (after,)).fetchall()
+        assert [s for _, s in want] == (["waiting"] if after == 0 else []) + ["running", "progress", "done"]
+        assert db.execute(sql, (after,)).fetchall() == want
+        costs[events] = measured(db, lambda: [(sql, (after,))] * ROUNDS)
+        db.close()
+    (vm_small, scan_small, _), (vm_big, scan_big, _) = costs[10_000], costs[1_000_000]
+    assert 0 < vm_big <= vm_small * SMALL_FACTOR, costs
+    assert scan_big <= scan_small + 10, costs

@@ -216,6 +216,11 @@ def check_counters(c):
     """The counters claims and tq_stats read (tinyq_counts, tinyq_groups) and the buckets
     tq_get's `ahead` reads (tinyq_buckets) match the rows."""
     check_buckets(c)
+    # Each job's timeline starts at its newest event (schema 7: tq_watch's `job` reads its chain).
+    heads = c.execute("SELECT id, last_event, (SELECT max(seq) FROM tinyq_events e WHERE e.id = j.id) FROM tinyq_jobs j"
+                      " WHERE last_event IS NOT (SELECT max(seq) FROM tinyq_events e WHERE e.id = j.id)"
+                      " AND last_event >= (SELECT min(seq) FROM tinyq_events)").fetchall()
+    assert not heads, f"jobs whose last_event is not their newest event: {heads[:5]}"
     counted = {r[0]: r[1:] for r in c.execute(
         "SELECT queue, scheduled, queued, running, done, failed FROM tinyq_counts")}
     for queue, *row in c.execute(

@@ -238,3 +238,26 @@ def test_v5_store_takes_expires_and_replace_after_its_migration(tmp_path):
     assert [r["id"] for r in claim(db, "q", "w", 10)] == ["waiting-1"]
     assert get(db, "bounded")["error"] == "expired"
     db.close()
+
+
+@pytest.mark.parametrize("version", [1, 5, 6])
+def test_WAT_01_a_migrated_store_chains_the_events_it_kept(tmp_path, version):
+    """Schema 7 links each job's events (its timeline is read along them): the migration
+    links the events an older store kept, so every job's timeline is what it was."""
+    path = str(tmp_path / "old.db")
+    v1_store(path, version)
+    db = connect(path)
+    one(db, "SELECT tq_clock(?)", NOW)
+    # (Readers see no store before its upgrade: the old log is read as stored.)
+    before = {i: db.execute("SELECT seq, CASE state WHEN 'queued' THEN 'waiting' ELSE state END FROM tinyq_events"
+                            " WHERE id = ? ORDER BY seq", (i,)).fetchall()
+              for i in ("waiting-1", "running-1", "done-1")}
+    assert all(before.values())
+    one(db, "SELECT tq_add('other', '{}')")  # the first write migrates
+    assert one(db, "SELECT value FROM tinyq_meta WHERE key = 'schema_version'") == CURRENT
+    for jid, events in before.items():
+        assert db.execute("SELECT seq, state FROM tq_watch WHERE job = ?", (jid,)).fetchall() == events
+    assert one(db, "SELECT tq_settle('running-1', 1, 'done')") == 1
+    assert [s for _, s in db.execute("SELECT seq, state FROM tq_watch WHERE job = 'running-1'")] == \
+        [s for _, s in before["running-1"]] + ["done"]
+    db.close()

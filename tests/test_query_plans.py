@@ -23,6 +23,12 @@ from helpers import DAY, EXT, ROOT, T0, add, claim, connect, one, pin, setq
 
 # (fragment of the statement's SQL, fragment of the plan step, why it is fine)
 ALLOWED = [
+    ("FROM tinyq_events WHERE tinyq_jobs.seq + 0 IS NOT NULL ORDER BY seq DESC LIMIT 1", "SCAN tinyq_events",
+     "the seq the job's next event gets (src/timeline.rs): the log's last row, one step of a walk from its "
+     "end that LIMIT 1 stops"),
+    ("FROM tinyq_events ORDER BY seq DESC LIMIT 1", "SCAN tinyq_events",
+     "the seq a new job's first event gets (src/timeline.rs): the log's last row, one step of a walk from its "
+     "end that LIMIT 1 stops"),
     ("DELETE FROM tinyq_events WHERE seq <", "SCAN tinyq_events",
      "walks events oldest first to the first one still kept: events are appended in time order, so the "
      "rows it passes are the expired ones this sweep removes"),
@@ -311,6 +317,7 @@ def workload(conn, path):
     conn.execute("SELECT id FROM tq_jobs WHERE after = ? LIMIT 2", (a["id"],)).fetchall()
     conn.execute("SELECT * FROM tq_steps(?)", (a["id"],)).fetchall()
     conn.execute("SELECT * FROM tq_watch(0) WHERE job = ?", (a["id"],)).fetchall()
+    conn.execute("SELECT * FROM tq_watch(0) WHERE job = 'gone'").fetchall()  # no job: the log is read
     one(conn, "SELECT tq_debug()")
 
     # The clock stepped back under a rate window: starts dated in the future are dated now.

@@ -297,3 +297,124 @@ def test_WAT_01_a_watcher_in_another_process_sees_each_event_once(db, db_path, t
                            ("done", 1)], (job_id, changes)
     print(f"\nWAT-01 tail: {len(seen)} events from {n_writers} writer process(es) "
           f"over {polls} polls")
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_WAT_01_a_jobs_timeline_is_its_events_through_every_path(tmp_path, seed):
+    """`tq_watch WHERE job = ?` reads a job's own events (schema 7 chains them): after adds
+    (scheduled, grouped, bounded, replaced, debounced, after other jobs), claims of one and of
+    several, progress, every outcome, waits for jobs and for signals (woken, sent before,
+    timed out), dependents unblocked, failed or cancelled by their dependencies, leases that
+    run out, expiries, cancels, retries and sweeps, each job's timeline is exactly the log's
+    events of that id, in seq order, from any `since`."""
+    import random
+    rnd = random.Random(seed)
+    db = connect(str(tmp_path / "t.db"))
+    now = T0
+    pin(db, now)
+    one(db, "SELECT tq_queue('g', '{\"group_concurrency\": 1, \"keep\": \"10s\", \"dedupe\": \"5s\"}')")
+    chosen = iter(range(10**6))
+    sent = ["s-first"]  # signal names a wait may take again: those sent (it returns at once)
+
+    def some_ids(waiter=None):
+        # A wait names no job that waits (it might wait for the waiter: refused as a cycle).
+        return [r[0] for r in db.execute("SELECT id FROM tq_jobs WHERE id LIKE 'k%' AND id IS NOT ?1"
+                                         " AND (?1 IS NULL OR state <> 'blocked') ORDER BY random() LIMIT ?2",
+                                         (waiter, rnd.randint(1, 3)))]
+    for _ in range(1500):
+        op, q = rnd.random(), rnd.choice(["q", "g"])
+        if op < 0.3:
+            opts = {"priority": rnd.randint(0, 2)}
+            if rnd.random() < 0.3:
+                opts["id"] = "k%d" % next(chosen)
+            if rnd.random() < 0.2:
+                opts["delay"] = rnd.choice([500, 3000])
+            if rnd.random() < 0.3:
+                opts["group"] = rnd.choice("ab")
+            if rnd.random() < 0.2:
+                opts["expires"] = "4s"
+            if rnd.random() < 0.2 and (after := some_ids()):
+                opts["after"] = after
+                opts["after_failed"] = rnd.choice(["fail", "run", "cancel"])
+            one(db, "SELECT tq_add(?, '{}', ?)", q, json.dumps(opts))
+        elif op < 0.35:
+            row = db.execute("SELECT id, queue FROM tq_jobs WHERE id LIKE 'k%' AND state IN ('waiting', 'scheduled')"
+                             " ORDER BY random() LIMIT 1").fetchone()
+            if row:
+                one(db, "SELECT tq_add(?, '{\"again\": 1}', ?)", row[1], json.dumps(
+                    {"id": row[0], "on_conflict": rnd.choice(["replace", "debounce"]), "delay": rnd.choice([0, 800]),
+                     "priority": rnd.randint(0, 2)}))
+        elif op < 0.55:
+            db.execute("SELECT * FROM tq_claim(?, 'w', ?, '{\"lease\": \"1s\"}')", (q, rnd.randint(1, 5))).fetchall()
+        elif op < 0.75:
+            row = db.execute("SELECT id, attempt FROM tq_jobs WHERE state = 'running' ORDER BY random() LIMIT 1").fetchone()
+            if row:
+                if rnd.random() < 0.3:
+                    one(db, "SELECT tq_progress(?, ?, '1')", *row)
+                outcome, value = rnd.choice([("done", None), ("error", "x"), ("retry", "0ms"), ("snooze", "1s"),
+                                             ("fail", "no"), ("wait", None)])
+                if outcome == "wait":
+                    name = rnd.choice(["s%d" % next(chosen), rnd.choice(sent)])
+                    value = rnd.choice([{"signal": name}, {"signal": name, "timeout": rnd.choice(["1s", "3s"])},
+                                        {"after": some_ids(waiter=row[0])}])
+                    value = json.dumps(value if value.get("after") != [] else {"signal": name})
+                one(db, "SELECT tq_settle(?, ?, ?, ?)", *row, outcome, value)
+        elif op < 0.79:
+            name = one(db, "SELECT signal FROM tinyq_jobs WHERE signal IS NOT NULL ORDER BY random() LIMIT 1")
+            if name is None or rnd.random() < 0.3:
+                name = "s%d" % next(chosen)
+            sent.append(name)
+            one(db, "SELECT tq_signal(?, '{\"ok\": 1}')", name)
+        elif op < 0.84:
+            row = db.execute("SELECT id FROM tq_jobs WHERE state IN ('waiting', 'running', 'scheduled', 'blocked')"
+                             " ORDER BY random() LIMIT 1").fetchone()
+            if row:
+                one(db, "SELECT tq_cancel(?)", row[0])
+        elif op < 0.89:
+            row = db.execute("SELECT id FROM tq_jobs WHERE state = 'failed' ORDER BY random() LIMIT 1").fetchone()
+            if row:
+                one(db, "SELECT tq_retry(?)", row[0])
+        else:
+            now += rnd.choice([300, 1000, 2500])
+            pin(db, now)
+
+    def check():
+        ids = [r[0] for r in db.execute("SELECT DISTINCT id FROM tq_watch(0)")]
+        for jid in ids:
+            log = db.execute("SELECT seq, state, attempt, detail FROM tq_watch(0) WHERE id = ? ORDER BY seq",
+                             (jid,)).fetchall()
+            for since in (0, log[0][0], log[len(log) // 2][0]):
+                assert db.execute("SELECT seq, state, attempt, detail FROM tq_watch WHERE job = ? AND since = ?",
+                                  (jid, since)).fetchall() == [e for e in log if e[0] > since], (seed, jid, since)
+        return len(ids)
+
+    assert check() > 100
+    # The workflow paths were taken: waits, jobs woken by a signal or its timeout, dependents
+    # failed by their dependencies.
+    paths = {(state, str(detail)[:10]) for state, detail in db.execute("SELECT state, detail FROM tq_watch(0)")}
+    assert {("blocked", '{"after":1'), ("blocked", '{"signal":'), ("waiting", '{"signal":'),
+            ("waiting", '{"timeout"'), ("failed", "dependency")} <= paths
+    # The oldest events swept (past every queue's keep): the timelines keep what is kept.
+    one(db, "SELECT tq_queue('q', '{\"keep\": \"10s\", \"dedupe\": \"5s\"}')")
+    pin(db, now + 12_000)
+    for q in ("q", "g"):
+        claim(db, q, "w", 50)
+    one(db, "SELECT tq_sweep()")
+    assert one(db, "SELECT min(seq) FROM tq_watch(0)") > 1
+    assert check() > 1
+    db.close()
+
+
+def test_WAT_01_a_job_added_again_has_its_own_timeline_and_a_gone_one_keeps_its_events(tmp_path):
+    """An id cancelled and added again: the job now present shows its own events from its add;
+    while it is gone, its page shows the events of the id that are kept."""
+    db = connect(str(tmp_path / "t.db"))
+    pin(db, T0)
+    add(db, "q", id="again")
+    [job] = claim(db, "q", "w", 1)
+    one(db, "SELECT tq_cancel('again')")
+    assert [r[0] for r in db.execute("SELECT state FROM tq_watch WHERE job = 'again'")] == ["waiting", "running",
+                                                                                            "cancelled"]
+    add(db, "q", id="again", delay=1000)
+    assert [r[0] for r in db.execute("SELECT state FROM tq_watch WHERE job = 'again'")] == ["scheduled"]
+    db.close()

@@ -107,7 +107,7 @@ def job_story(conn, job_id, since=0):
     attempt's running event is not among these)."""
     text = conn.execute("SELECT tq_get(?)", (job_id,)).fetchone()[0]
     job = None if text is None else json.loads(text)
-    # The event log has no index by job: this reads the events after `since`.
+    # The job's own events (tinyq chains them, schema 7); a job that is gone: the log after `since`.
     timeline = dicts(conn, "SELECT seq, state, attempt, at, detail FROM tq_watch WHERE job = ? AND since = ?",
                      job_id, since)
     if job is None:     # a cancelled job is gone, but its events are kept: job None

@@ -1,7 +1,8 @@
 //! The counters against the rows they count: tinyq_counts per stored status, the rate
 //! windows' starts, tinyq_groups (running leases, starts, set-aside jobs), the buckets and
-//! spans of long lines (tq_get's `ahead`), the steps of jobs that are gone and the slots of
-//! JOB-05. Each is what a trigger in sql/store.sql, or the claim, keeps in step.
+//! spans of long lines (tq_get's `ahead`), the steps of jobs that are gone, the slots of
+//! JOB-05 and the heads of the jobs' timelines. Each is what a trigger in sql/store.sql, or
+//! the statement that changes the row, keeps in step.
 
 use super::objects::Shape;
 use super::Problem;
@@ -31,6 +32,7 @@ pub fn check(conn: &Conn, shape: &Shape, problems: &mut Vec<Problem>) -> Result<
         let detail = format!("{n} steps of jobs that are gone (a later job with the same seq would read them)");
         problems.push(Problem::new("steps", None, "tinyq_steps", detail));
     }
+    timelines(conn, problems)?;
     let (ids, n) = wrong_slots(conn, 3)?;
     if n > 0 {
         let detail = format!(
@@ -244,6 +246,37 @@ fn limits(conn: &Conn, q: &Settings, problems: &mut Vec<Problem>) -> Result<()> 
                 format!("group '{grp}': {} starts counted in the group rate window, {n} in tinyq_starts", show(stored));
             problems.push(Problem::new("groups", queue, "tinyq_groups.started", detail));
         }
+    }
+    Ok(())
+}
+
+/// SQL: each id's newest kept event (a job's `last_event`, the head of its timeline, is
+/// its id's newest: an id added again logs after its earlier job's events).
+macro_rules! newest_events {
+    () => {
+        "(SELECT id, max(seq) AS seq FROM tinyq_events GROUP BY id) AS latest"
+    };
+}
+pub(super) use newest_events;
+
+/// Schema 7: every job's `last_event` is its newest kept event (timeline.rs; a statement
+/// that logged an event without setting it, or a trigger dropped, breaks the chain there).
+fn timelines(conn: &Conn, problems: &mut Vec<Problem>) -> Result<()> {
+    let wrong = conn.row(
+        checking!(
+            "SELECT count(*), min(tinyq_jobs.id) FROM tinyq_jobs JOIN ",
+            newest_events!(),
+            " ON latest.id = tinyq_jobs.id WHERE tinyq_jobs.last_event IS NOT latest.seq"
+        ),
+        &[],
+        |st| (st.int(0), st.text(1).unwrap_or_default()),
+    )?;
+    if let Some((n @ 1.., id)) = wrong {
+        let detail = format!(
+            "{n} jobs (such as {}) whose last_event is not their newest event: their timelines (tq_watch's `job`) miss events",
+            crate::options::quote(&id)
+        );
+        problems.push(Problem::new("timelines", None, "tinyq_jobs.last_event", detail));
     }
     Ok(())
 }

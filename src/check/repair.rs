@@ -2,10 +2,11 @@
 //! store whose version is unreadable but whose tables are this version's gets its version
 //! back; an older store is upgraded (store::ensure); then every trigger of a new store is
 //! dropped, the counters are counted again from the rows with no trigger running (as the
-//! upgrades do), the triggers are created again from the store script, missing or changed
+//! upgrades do), each job's timeline head set to its newest event, the triggers are created again from the store script, missing or changed
 //! indexes too, settings out of range go back to their defaults, and every queue's limits are rebuilt as tq_queue rebuilds them. What it
 //! cannot rebuild (a missing or changed table, marks of jobs that are gone) it leaves for the operator: tq_check reports it again.
 
+use super::counters;
 use super::objects::{self, Object};
 use super::ranges;
 use super::Problem;
@@ -44,6 +45,12 @@ pub fn run(conn: &Conn, found: &[Problem]) -> Result<()> {
         }
         conn.exec_script(&shape.recount_sql)?;
         conn.exec_script("DELETE FROM tinyq_steps WHERE job NOT IN (SELECT seq FROM tinyq_jobs)")?;
+        // Each timeline's head back on its newest event: the events logged from now on link to it.
+        conn.exec_script(concat!(
+            "UPDATE tinyq_jobs SET last_event = latest.seq FROM ",
+            counters::newest_events!(),
+            " WHERE latest.id = tinyq_jobs.id AND tinyq_jobs.last_event IS NOT latest.seq"
+        ))?;
         store::recut_lines(conn)?;
         for t in &triggers {
             conn.exec_script(&t.sql)?;
