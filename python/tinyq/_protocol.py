@@ -207,7 +207,7 @@ def schedule_renewal(run: RunBase) -> float:
 
 
 def renewed(due: Dict[Any, float], runs: List[RunBase], leases: List[Any]) -> None:
-    """After renew_all: each run's new lease and next renewal in `due` (run -> monotonic
+    """After a renewal: each run's new lease and next renewal in `due` (run -> monotonic
     time); a NULL lease (cancelled, timed out, or taken by a later attempt) cancels the run."""
     for run, lease_until in zip(runs, leases):
         if lease_until is None:
@@ -220,7 +220,7 @@ def renewed(due: Dict[Any, float], runs: List[RunBase], leases: List[Any]) -> No
 
 
 def renew_soon(due: Dict[Any, float], runs: List[RunBase], seconds: float) -> None:
-    """After a failed renew_all (busy, most likely): try again in `seconds`."""
+    """After a failed renewal (busy, most likely): try again in `seconds`."""
     soon = time.monotonic() + seconds
     for run in runs:
         if run in due:
@@ -233,19 +233,14 @@ RENEW_ALL = ("SELECT tq_renew(json_extract(value, '$[0]'), json_extract(value, '
              "FROM json_each(?)")
 
 
-def renew_all(conn: Any, pairs: str, lease: Any = None) -> List[Any]:
-    """tq_renew of every [id, attempt] in `pairs` (JSON) by `lease` (work()'s, None: the
-    queue's), in one statement of one transaction."""
-    return transaction(conn, lambda: renew_in(conn, pairs, lease))
-
-
 def renew_in(conn: Any, pairs: str, lease: Any = None) -> List[Any]:
-    """renew_all's statement inside the caller's transaction (a group commit's)."""
+    """tq_renew of every [id, attempt] in `pairs` (JSON) by `lease` (work()'s, None: the
+    queue's), in one statement, inside the caller's transaction (a group commit's)."""
     return [row[0] for row in _rows(conn, RENEW_ALL, lease, pairs)]
 
 
 def lease_pairs(runs: List[RunBase]) -> str:
-    """renew_all's argument for `runs`."""
+    """renew_in's argument for `runs`."""
     return json.dumps([[run.id, run.attempt] for run in runs])
 
 

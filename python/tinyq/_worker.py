@@ -15,7 +15,7 @@ from ._context import Outcome, Cancelled, RunBase, current_run
 from ._group import Leader, Write
 from ._protocol import (PROGRESS, STEP_GET, STEP_PUT, WAITER_JOIN_S, abandon, check_work_args, claim_args,
                         grace_left,
-                        claim_sql, lease_options, lease_pairs, lease_value, outcome_of_exception, renew_all,
+                        claim_sql, lease_options, lease_pairs, lease_value, outcome_of_exception, renew_in,
                         renew_soon, renewed, result_outcome, schedule_renewal, settle_and_claim, stop_on_signals,
                         wait_for_work, worker_name)
 from ._sql import _decode, _encode, _one, _rows
@@ -110,7 +110,7 @@ class _Heartbeat(threading.Thread):
     transaction, whenever the earliest is at half its lease. A renewal that returns NULL
     marks its run cancelled."""
 
-    def __init__(self, connect: Callable[[], Any], write_lock: threading.Lock,
+    def __init__(self, connect: Callable[[], Any], writes: Leader,
                  flush: Optional[Callable[[Any], None]] = None, flush_every: float = 0.02,
                  lease: Any = None, fail: Callable[[BaseException], None] = lambda exc: None):
         super().__init__(name="tinyq-heartbeat", daemon=True)
@@ -118,7 +118,10 @@ class _Heartbeat(threading.Thread):
         self._fail = fail             # a heartbeat that cannot run ends work(): leases would run out
         self._lease = lease
         self._flush, self._flush_every = flush, flush_every
-        self._write_lock = write_lock
+        # Renewals join the handlers' group commit: a thread that takes the pool's write
+        # lock commits them with its own writes, so 200 busy threads cannot starve the
+        # heartbeat of the lock (Python's lock is not fair) until leases run out.
+        self._writes = writes
         self._runs: Dict[RunBase, float] = {}    # run -> monotonic time of its next renewal
         self._cond = threading.Condition()
         self._closed = False
@@ -183,8 +186,7 @@ class _Heartbeat(threading.Thread):
     def _renew(self, conn: Any, runs: List[RunBase]) -> None:
         pairs = lease_pairs(runs)
         try:
-            with self._write_lock:
-                leases = renew_all(conn, pairs, self._lease)
+            leases = self._writes.write(conn, Write(renew_in, (pairs, self._lease)))
         except Exception as exc:  # busy, most likely: try again soon
             log.warning("tinyq: renewing %d leases failed: %s", len(runs), exc)
             with self._cond:
@@ -252,7 +254,7 @@ class _Pool:
         self.requests = Leader(self.write_lock, self.serve)   # settles and claims asked for
         self.ahead: Deque[Run] = collections.deque()   # claimed ahead, not started (prefetch)
         self.unsettled: List[Tuple[Run, str, Any, float]] = []   # finished, to settle
-        self.heartbeat = _Heartbeat(connect, self.write_lock, self.flush, lease=lease_value(lease), fail=self.fail)
+        self.heartbeat = _Heartbeat(connect, self.writes, self.flush, lease=lease_value(lease), fail=self.fail)
         self.wake = threading.Condition()      # idle threads wait here for the waiter
         self.idle = 0
         self.generation = 0                    # bumped each time the waiter wakes
