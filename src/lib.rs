@@ -113,7 +113,9 @@ fn refuse_temp_shadows(conn: &Conn) -> Result<()> {
     let shadows = conn
         .rows(SHADOWS, &[], |st| format!("{} temp.{}", st.text(0).unwrap_or_default(), st.text(1).unwrap_or_default()));
     conn.forget(SHADOWS);
-    let shadows = shadows?;
+    // A schema that cannot be read (a file that is not a database, a read-only WAL file
+    // before its reader is set up) is no shadow: the calls that need the store will say.
+    let Ok(shadows) = shadows else { return Ok(()) };
     if let Some(first) = shadows.first() {
         bail!("the {first} would hide tinyq's own (names tinyq_* and tq_* are tinyq's): drop it, then load tinyq");
     }

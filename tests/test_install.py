@@ -112,7 +112,8 @@ def test_pip_install_into_a_fresh_venv(tmp_path):
     out = run([str(venv / "bin" / "python"), "-c", EXAMPLE], cwd=elsewhere, env=env).stdout
     assert out.splitlines()[1] == "done {'sent': True}", out
     stats = run([str(venv / "bin" / "tinyq"), "stats", "app.db"], cwd=elsewhere, env=env)
-    assert stats.stdout.splitlines()[1].split()[:7] == ["mail", "0", "0", "0", "0", "2", "0"]
+    # queue, scheduled, waiting, blocked, running, leases, done, failed
+    assert stats.stdout.splitlines()[1].split()[:8] == ["mail", "0", "0", "0", "0", "0", "2", "0"]
     jobs = run([str(venv / "bin" / "python"), "-m", "tinyq", "jobs", "app.db", "--json"],
                cwd=elsewhere, env=env)
     assert [json.loads(line)["id"] for line in jobs.stdout.splitlines()] == \

@@ -109,6 +109,10 @@ def session_sql(pinned):
         SELECT count(*) FROM tq_jobs WHERE queue = 'q' AND state = 'waiting' AND after = 'j7' LIMIT 3;
         SELECT count(*) FROM tq_jobs WHERE queue = 'q' AND state = 'done' AND group_key = 'g' AND after = 'j1';
         SELECT count(*) FROM tq_jobs WHERE prefix = 'j';
+        SELECT tq_add('flow', '{{}}', '{{"id": "child"}}'), tq_add('flow', '{{}}', '{{"id": "parent", "after": ["child"]}}');
+        SELECT tq_signal('approve:1', '{{"ok": true}}'), tq_signal('approve:1');
+        SELECT count(*) FROM tq_deps('parent');
+        SELECT json_array_length(tq_check());
         BEGIN IMMEDIATE;
         SELECT tq_add('q', 'in-tx');
         SELECT count(*) FROM tq_claim('q', 'w3', 5);
