@@ -391,7 +391,7 @@ def check_final(run, killed, work):
 
     # Events: one running event per attempt, in order, then done; nothing after done.
     ev = {}
-    for seq, jid, queue, state, attempt, at, detail in t["tinyq_events"]:
+    for seq, jid, queue, state, attempt, at, detail, *_ in t["tinyq_events"]:   # *_: prev (schema 7)
         if queue == QUEUE:
             ev.setdefault(jid, []).append((seq, state, attempt))
     reclaimed = 0
