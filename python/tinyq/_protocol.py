@@ -332,10 +332,33 @@ def stop_on_signals(stop: Callable[[], None], loop: Any = None) -> Callable[[], 
             signal.signal(sig, old if old is not None else signal.SIG_DFL)
 
     signalled = set()
+    handling: Dict[str, Any] = {"now": False, "again": []}
+
+    def on_signal_threads(signum: int) -> None:
+        # A signal handler runs between two bytecodes of the main thread, even inside this
+        # one: a second signal must not raise in the middle of stop()'s lock (it would stay
+        # held, and work() wait on it for ever). One that comes meanwhile is sent again once
+        # the previous handlers are back, and acts as before work().
+        if handling["now"]:
+            handling["again"].append(signum)
+            return
+        handling["now"] = True
+        try:
+            signalled.add(signum)
+            log.info("tinyq: signal %s: finishing the work in flight (a second one stops waiting)", signum)
+            stop()
+        finally:
+            restore()
+            handling["now"] = False
+        for again in handling["again"]:
+            os.kill(os.getpid(), again)
 
     def on_signal(signum: int, frame: Any = None) -> None:
+        if loop is None:
+            on_signal_threads(signum)
+            return
         app = app_handlers.get(signum)
-        if loop is not None and signum in signalled:
+        if signum in signalled:
             log.info("tinyq: signal %s again: no more waiting for the work in flight", signum)
             restore()
             if app is not None:
@@ -346,11 +369,9 @@ def stop_on_signals(stop: Callable[[], None], loop: Any = None) -> Callable[[], 
                 os.kill(os.getpid(), signum)
             return
         signalled.add(signum)
-        if loop is None:
-            restore()         # before saying so: a second signal from now on acts as before
         log.info("tinyq: signal %s: finishing the work in flight (a second one stops waiting)", signum)
         stop()
-        if loop is not None and app is not None:
+        if app is not None:
             app._run()
 
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -434,12 +434,11 @@ class _Pool:
 
     # -- stopping --------------------------------------------------------------------------
 
-    def drain(self, threads: List[threading.Thread], wait: bool = True) -> None:
+    def drain(self, threads: List[threading.Thread]) -> None:
         """Wait for the threads to finish their jobs; once stop(timeout=...)'s grace has
-        ended (a stop() during the drain may set or shorten it), or at once without `wait`,
-        abandon the handlers still running and settle, on a connection of this thread, what
-        their threads left."""
-        for thread in threads if wait else []:
+        ended (a stop() during the drain may set or shorten it), abandon the handlers still
+        running and settle, on a connection of this thread, what their threads left."""
+        for thread in threads:
             while thread.is_alive():
                 left = grace_left(self.queue._grace_ends)
                 if left == 0.0:
@@ -479,21 +478,28 @@ class _Pool:
             while not self.stopping.wait(1.0):   # stop(), a signal, or a thread's failure
                 pass
         except BaseException:
-            # A second Ctrl-C that came while the first was being handled: it goes up now,
-            # not after a drain that may never end.
             interrupted = True
             raise
         finally:
             restore_signals()
+            if interrupted:
+                # A second Ctrl-C that came while the first was being handled goes up now,
+                # not after a drain that may never end; it may have struck inside a lock's
+                # own code and left it held, so nothing here waits on one. The handlers are
+                # daemon threads, gone with the process; their leases end (DUR-02) or run out.
+                self.queue._stopping = threading.Event()
+                self.queue._grace_ends = None
+        try:
             self.stopping.set()
             self.wake_all()
-            self.drain(threads, wait=not interrupted)   # claim nothing more; the work in flight
+            self.drain(threads)        # claim nothing more; wait for the work in flight
             self.heartbeat.close()
             # The waiter ends within a tq_wait slice and closes its connection: once work()
             # returns, nothing of it holds the file. It keeps this call's (set) stop event,
             # while the next work() gets a fresh one.
             if waiter.is_alive():
                 waiter.join(WAITER_JOIN_S)
+        finally:
             self.queue._stopping = threading.Event()
             self.queue._grace_ends = None
         if self.failure is not None:
