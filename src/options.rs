@@ -33,7 +33,12 @@ impl Options {
             None | Some(Val::Null) => (Map::new(), None),
             Some(Val::Text(s)) => match serde_json::from_str::<Keys>(s) {
                 Ok(Keys { twice: Some(k), .. }) => bail!("options give the key \"{}\" twice", clip(&k)),
-                Ok(Keys { map, .. }) => (map, Some(s.clone())),
+                // The text is kept only where `object` may read a value from it: most
+                // options (every add without meta) have no object and copy nothing.
+                Ok(Keys { map, .. }) => {
+                    let given = map.values().any(Value::is_object).then(|| s.clone());
+                    (map, given)
+                }
                 // Valid JSON of another type is a data error; anything else says what is wrong.
                 Err(e) if e.is_data() => bail!("options must be a JSON object, not {}", quote(s)),
                 Err(e) => bail!("options are not valid JSON ({e}): {}", quote(s)),
