@@ -76,14 +76,22 @@ test-rust: deps
 
 # (node/node_modules: the soak, tests/test_soak.py, runs Node producers and workers too)
 test-python: deps $(EXT) node/node_modules
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q --durations=15 tests
 
 # The whole Python suite again on a current SQLite (issue 7): libsqlite3.so.0 and the sqlite3
 # shell built once (~1 min, cached in target/sqlite-current/) from the SQLite amalgamation that
 # npm's sqlite3 package ships, put in front of Debian's 3.40 via LD_LIBRARY_PATH and PATH.
-# The soak and the clock jumps (time and processes, not the SQLite version) run once, above.
+# What is about time, processes, packaging or the helpers' own Python logic runs once, above:
+# the soak and the clock jumps (TINYQ_SOAK_SECONDS=0), and the files of ONCE_ONLY, whose SQL
+# is the same functions the rest of the suite calls directly (Node's tests run the helpers
+# again on better-sqlite3's current SQLite). This keeps `make test` well under 30 minutes.
+ONCE_ONLY = test_release test_rust_crate test_install test_demo test_dashboard \
+  test_helper_scenarios test_helper_stop test_helper_threads_fail test_queue_work_guard \
+  test_asyncio_helper test_asyncio_work_rules test_python_helper test_workflow_helpers \
+  test_helpers_keys test_litestream test_cli_exits test_prefork
 test-python-current: deps $(EXT) node/node_modules
-	TINYQ_SOAK_SECONDS=0 bash scripts/sqlite_current.sh $(PY) -m pytest -q tests
+	TINYQ_SOAK_SECONDS=0 bash scripts/sqlite_current.sh $(PY) -m pytest -q tests \
+	  $(foreach t,$(ONCE_ONLY),--ignore=tests/$(t).py)
 
 # Node helper: better-sqlite3 12 (13 needs Node 22); npm may skip the native build.
 node/node_modules: node/package.json | deps
