@@ -193,25 +193,40 @@ def _fail_all(writes: List[Write], exc: BaseException) -> None:
 
 class Leader:
     """Group commit for threads that share no writer thread: a thread's item (a Write, or
-    anything with `done`) joins the pending group, then the thread takes `lock`; the first
-    to get it serves every item pending by then on its own connection (`serve(conn, group)`
-    marks each done), so the threads that queued behind one commit share the next one."""
+    anything with `done`) joins the pending group; if no thread is serving, it becomes the
+    leader and serves every item pending by then on its own connection (`serve(conn,
+    group)` marks each done). The others wait until their item is done, or until the
+    leader is finished and one of them leads the next group. No caller ever waits for a
+    lock behind the others (Python's locks are not fair): an item is served by whichever
+    thread leads next, so a heartbeat's renewal never waits behind 200 handler threads."""
 
-    def __init__(self, lock: "threading.Lock", serve: Callable[[Any, List[Any]], None] = commit_group):
-        self.lock = lock
+    def __init__(self, serve: Callable[[Any, List[Any]], None] = commit_group):
         self._serve = serve
         self._pending: List[Any] = []
-        self._pending_lock = threading.Lock()
+        self._leading = False
+        self._turn = threading.Condition()
 
     def submit(self, conn: Any, item: Any) -> None:
         """Returns once `item` has been served, by this thread or another."""
-        with self._pending_lock:
+        with self._turn:
             self._pending.append(item)
-        with self.lock:
-            if not item.done:
-                with self._pending_lock:
-                    group, self._pending = self._pending, []
-                self._serve(conn, group)
+            while self._leading and not item.done:
+                self._turn.wait()
+            if item.done:
+                return
+            self._leading = True
+            group, self._pending = self._pending, []
+        try:
+            self._serve(conn, group)
+        except BaseException as exc:   # (serve marks its own errors) its waiters must not hang
+            for other in group:
+                if not other.done:
+                    other.error, other.done = exc, True
+            raise
+        finally:
+            with self._turn:
+                self._leading = False
+                self._turn.notify_all()
 
     def write(self, conn: Any, write: Write) -> Any:
         """`write`'s answer once the group that holds it has committed (its error raised)."""

@@ -12,7 +12,7 @@ import time
 from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
 
 from ._context import Outcome, Cancelled, RunBase, current_run
-from ._group import Leader, Write
+from ._group import Leader, Write, commit_group
 from ._protocol import (PROGRESS, STEP_GET, STEP_PUT, WAITER_JOIN_S, abandon, check_work_args, claim_args,
                         grace_left,
                         claim_sql, lease_options, lease_pairs, lease_value, outcome_of_exception, renew_in,
@@ -38,9 +38,8 @@ class Run(RunBase):
 
     def _write(self, sql: str, function: str, *args: Any) -> Any:
         """A short write of this run's own. Inside work() it joins the pool's group commit
-        (_group.Leader): the threads that wait for the pool's write lock meanwhile share one
-        commit, and threads of one process queue for SQLite's lock there rather than in its
-        busy handler. A handler with a transaction of its own open on run.conn writes in it."""
+        (_group.Leader): the threads that write meanwhile share one commit, and threads
+        of one process queue for SQLite's lock there rather than in its busy handler. A handler with a transaction of its own open on run.conn writes in it."""
         if self._writes is None or getattr(self.conn, "in_transaction", False):
             return _one(self.conn, sql, *args)
         return self._writes.write(self.conn, Write.call(function, *args))
@@ -248,10 +247,12 @@ class _Pool:
         self.prefetch = prefetch
         self.lease_options = lease_options(lease)
         self.stopping = queue._stopping
-        self.write_lock = threading.Lock()     # one writer of this process at a time
-        self.writes = Leader(self.write_lock)  # the handlers' steps and progress: group commit
+        # Every write of the pool, one writer at a time, in one group: the handlers' steps
+        # and progress, the heartbeat's renewals, the threads' settles and claims. The
+        # thread that leads the next group serves them all, so a renewal never waits behind
+        # 200 threads (when it could, leases ran out and jobs ran twice).
+        self.writes = Leader(self.serve)
         self.pending_lock = threading.Lock()
-        self.requests = Leader(self.write_lock, self.serve)   # settles and claims asked for
         self.ahead: Deque[Run] = collections.deque()   # claimed ahead, not started (prefetch)
         self.unsettled: List[Tuple[Run, str, Any, float]] = []   # finished, to settle
         self.heartbeat = _Heartbeat(connect, self.writes, self.flush, lease=lease_value(lease), fail=self.fail)
@@ -360,13 +361,20 @@ class _Pool:
         if not claim and not self.unsettled:
             return []
         request = _Request(claim)
-        self.requests.submit(conn, request)
+        self.writes.submit(conn, request)
         if request.error is not None:
             raise request.error
         return [Run(conn, job, self.writes) for job in request.jobs]
 
-    def serve(self, conn: Any, batch: List["_Request"]) -> None:
-        """One transaction for the pending settles and the batch's claims (write lock held)."""
+    def serve(self, conn: Any, group: List[Any]) -> None:
+        """The group's writes (steps, progress, renewals) in one transaction, then one for
+        the pending settles and the group's claims (write lock held)."""
+        writes = [item for item in group if isinstance(item, Write)]
+        if writes:
+            commit_group(conn, writes)
+        batch = [item for item in group if not isinstance(item, Write)]
+        if not batch:
+            return
         want = sum(r.claim for r in batch)
         args = claim_args(self.queue.name, self.worker, want, self.lease_options)
         with self.pending_lock:
