@@ -6,6 +6,7 @@ liteque and plainjob, on one machine in one run.
     /usr/bin/python3 bench/workers.py                 # full run (about two minutes)
     /usr/bin/python3 bench/workers.py --quick         # smaller sizes
     /usr/bin/python3 bench/workers.py --before ad2d89d   # also tinyq's helpers as of that commit
+    /usr/bin/python3 bench/workers.py --only steps    # only the kept-step workload
 
 Every figure is a prefilled queue drained by one process with a no-op handler (asyncio:
 handlers that each await 0.2 s), timed from the start of the worker to the last job's
@@ -126,9 +127,9 @@ def child_threads(spec):
             if left[0] == 0:
                 q.stop()
 
-    t0 = time.perf_counter()
+    t0, cpu0 = time.perf_counter(), time.process_time()
     q.work(handler, concurrency=spec["c"], poll=0.05, **({"prefetch": spec["prefetch"]} if "prefetch" in spec else {}))
-    return {"seconds": time.perf_counter() - t0, "jobs": spec["n"]}
+    return {"seconds": time.perf_counter() - t0, "cpu": time.process_time() - cpu0, "jobs": spec["n"]}
 
 
 def child_asyncio(spec):
@@ -155,13 +156,13 @@ def child_asyncio(spec):
             if left[0] == 0:
                 q.stop()
 
-        t0 = time.perf_counter()
+        t0, cpu0 = time.perf_counter(), time.process_time()
         await q.work(handler, concurrency=spec["c"], poll=0.05)
-        seconds = time.perf_counter() - t0
+        seconds, cpu = time.perf_counter() - t0, time.process_time() - cpu0
         await q.close()
-        return seconds
+        return {"seconds": seconds, "cpu": cpu, "jobs": spec["n"]}
 
-    return {"seconds": asyncio.run(main()), "jobs": spec["n"]}
+    return asyncio.run(main())
 
 
 def child_huey(spec):
@@ -210,12 +211,12 @@ def child_huey(spec):
     consumer = huey.create_consumer(workers=spec["c"], worker_type="thread", periodic=False,
                                     initial_delay=delay, max_delay=delay, backoff=1.0,
                                     check_worker_health=False)
-    t0 = time.perf_counter()
+    t0, cpu0 = time.perf_counter(), time.process_time()
     consumer.start()
     finished.wait()
-    seconds = time.perf_counter() - t0
+    seconds, cpu = time.perf_counter() - t0, time.process_time() - cpu0
     consumer.stop(graceful=True)
-    return {"seconds": seconds, "jobs": spec["n"]}
+    return {"seconds": seconds, "cpu": cpu, "jobs": spec["n"]}
 
 
 CHILDREN = {"threads": child_threads, "asyncio": child_asyncio, "huey": child_huey}
@@ -267,7 +268,8 @@ def rate(result):
         return "n/a (%s)" % result["error"][:90] if result else "n/a"
     if "median_ms" in result:
         return "%.2f ms" % result["median_ms"]
-    return "{:,.0f} jobs/s".format(result["jobs"] / result["seconds"])
+    cpu = "" if "cpu" not in result else " (%.0f µs CPU/job)" % (result["cpu"] / result["jobs"] * 1e6)
+    return "{:,.0f} jobs/s{}".format(result["jobs"] / result["seconds"], cpu)
 
 
 def main():
@@ -275,6 +277,7 @@ def main():
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--before", help="also measure tinyq's helpers as of this commit")
     parser.add_argument("--out", default=os.path.join(RESULTS, "workers.md"))
+    parser.add_argument("--only", help="measure only these columns (comma-separated: 1, 8, asyncio, steps, wake)")
     parser.add_argument("--child")
     args = parser.parse_args()
     if args.child:
@@ -339,6 +342,11 @@ def main():
     for label, where in versions:
         add(label, "asyncio", PY, dict(kind="asyncio", python=where["python"], c=1000, sleep=0.2, n=size["asyncio"]))
         add(label, "wake", PY, dict(kind="node-wake", module=where["node"], n=size["wakes"]))
+    if args.only:
+        columns = set(args.only.split(","))
+        keep = [i for i, (_, column, _) in enumerate(table) if str(column) in columns]
+        plan = [plan[i] for i in keep]
+        table = [(w, c, keep.index(i)) for w, c, i in table if i in keep]
     results = measure_all(plan, repeats)
     rows = [(worker, column, results[i]) for worker, column, i in table]
     report(args, [r for r in rows if r[1] in (1, 8)], [(w, r) for w, c, r in rows if c == "asyncio"],
