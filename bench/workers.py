@@ -7,6 +7,7 @@ liteque and plainjob, on one machine in one run.
     /usr/bin/python3 bench/workers.py --quick         # smaller sizes
     /usr/bin/python3 bench/workers.py --before ad2d89d   # also tinyq's helpers as of that commit
     /usr/bin/python3 bench/workers.py --only steps    # only the kept-step workload
+    /usr/bin/python3 bench/workers.py --before ad2d89d --before-ext old/tinyq.so   # its extension too
 
 Every figure is a prefilled queue drained by one process with a no-op handler (asyncio:
 handlers that each await 0.2 s), timed from the start of the worker to the last job's
@@ -230,7 +231,7 @@ def measure_once(python, spec):
         spec = dict(spec, path=os.path.join(folder, "bench.db"))
         if spec["kind"].startswith("node"):
             argv = ["node", os.path.join(BENCH, "workers_node.js"), json.dumps(spec)]
-            env = dict(os.environ, NODE_PATH=os.path.join(NODE_DIR, "node_modules"), TINYQ_EXT=EXT)
+            env = dict(os.environ, NODE_PATH=os.path.join(NODE_DIR, "node_modules"), TINYQ_EXT=spec.get("ext", EXT))
         else:
             argv = [python, os.path.abspath(__file__), "--child", json.dumps(spec)]
             env = dict(os.environ)
@@ -277,13 +278,17 @@ def main():
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--before", help="also measure tinyq's helpers as of this commit")
     parser.add_argument("--out", default=os.path.join(RESULTS, "workers.md"))
+    parser.add_argument("--before-ext", help="the extension (.so) of the --before rows (default: this build's)")
     parser.add_argument("--only", help="measure only these columns (comma-separated: 1, 8, asyncio, steps, wake)")
     parser.add_argument("--child")
     args = parser.parse_args()
     if args.child:
+        global EXT
         spec = json.loads(args.child)
+        EXT = spec.get("ext", EXT)
         print(json.dumps(CHILDREN[spec["kind"]](spec)))
         return
+    args.load_at_start = os.getloadavg()[0]
     size = SIZES["quick" if args.quick else "full"]
     os.makedirs(WORK, exist_ok=True)
     venv_py = setup_huey()
@@ -299,6 +304,8 @@ def main():
     table, plan = [], []   # table: (worker, column, index in plan)
 
     def add(worker, column, python, spec):
+        if args.before_ext and args.before and args.before in worker:
+            spec = dict(spec, ext=os.path.abspath(args.before_ext)[:-3] if args.before_ext.endswith(".so") else args.before_ext)
         table.append((worker, column, len(plan)))
         plan.append((python, spec, "%s, %s" % (worker, column)))
 
@@ -355,11 +362,14 @@ def main():
 
 def report(args, rows, asyncio_runs, wakes, steps):
     lines = ["# Workers: tinyq's helpers beside huey, liteque and plainjob", "",
-             "Written by `bench/workers.py%s%s` on %s (%s, %d cores, Python %s, SQLite via Debian's "
-             "python3). One process, prefilled queue, no-op handler; best of %d rounds, run round-robin." % (
-                 " --quick" if args.quick else "", " --before " + args.before if args.before else "",
+             "Written by `bench/workers.py%s` on %s (%s, %d cores, Python %s, SQLite via Debian's "
+             "python3). One process, prefilled queue, no-op handler; best of %d rounds, run round-robin. "
+             "Load average (1 min) %.1f at the start, %.1f at the end; CPU time per job is the whole "
+             "process's (every thread), from the worker's start to the last job's end." % (
+                 "".join(" " + a for a in sys.argv[1:] if not a.startswith("--out")),
                  time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), platform.machine(),
-                 os.cpu_count(), platform.python_version(), SIZES["quick" if args.quick else "full"]["repeats"]), "",
+                 os.cpu_count(), platform.python_version(), SIZES["quick" if args.quick else "full"]["repeats"],
+                 args.load_at_start, os.getloadavg()[0]), "",
              "| worker | 1 thread / c=1 | 8 threads / c=8 |", "|---|---|---|"]
     names = []
     for name, _, _ in rows:
