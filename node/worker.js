@@ -83,7 +83,7 @@ const MAX_CLAIM = 1000; // tq_claim's largest n
 /** How many jobs the worker claims ahead of its running handlers (the `prefetch` option),
  * as Python's asyncio work() does. A whole number is fixed. 'auto' claims ahead the jobs that
  * the handlers are expected to end while one settle-and-claim commits: concurrency x that
- * commit's time / a handler's time (moving averages), at most `concurrency`, and AUTO_AHEAD
+ * commit's time / a handler's time (moving averages), rounded down, at most `concurrency`, and AUTO_AHEAD
  * at least while the handlers took under FAST_MS. A place that frees then starts a job at
  * once, instead of after the commit that settles its last job and claims the next; a job
  * claimed ahead waits about one such commit for its place, and a backlog of tiny jobs costs
@@ -108,7 +108,8 @@ class Pace {
   ahead() {
     if (this.fixed !== null) return this.fixed;
     if (this.average === null || this.commit === null) return 0;
-    const ending = Math.ceil((this.concurrency * this.commit) / Math.max(this.average, 0.001));
+    // rounded down: long handlers claim none ahead (one would wait a whole handler's time)
+    const ending = Math.floor((this.concurrency * this.commit) / Math.max(this.average, 0.001));
     return Math.max(this.average < FAST_MS ? AUTO_AHEAD : 0, Math.min(this.concurrency, ending));
   }
 }

@@ -25,7 +25,6 @@ import functools
 import inspect
 import json
 import logging
-import math
 import os
 import threading
 import time
@@ -253,7 +252,8 @@ class _Pace:
     """How many jobs work() claims ahead of its running handlers (`prefetch`). A whole
     number is fixed. "auto" claims ahead the jobs that its handlers are expected to end
     while one settle-and-claim commits: concurrency x that commit's time / a handler's time
-    (moving averages), at most `concurrency`, and AUTO_AHEAD at least while the handlers take
+    (moving averages), rounded down (handlers far longer than a commit claim none ahead: one
+    would wait a whole handler's time), at most `concurrency`, and AUTO_AHEAD at least while the handlers take
     under FAST seconds (as the threads' prefetch). A place that frees then starts a job at
     once, instead of after the commit that settles its last job and claims the next, and a
     job claimed ahead waits about one such commit for its place. The first claim takes only
@@ -281,7 +281,7 @@ class _Pace:
             return 0
         ending = self.concurrency * self.commit / max(self.average, 1e-6)
         return max(self.AUTO_AHEAD if self.average < self.FAST else 0,
-                   min(self.concurrency, math.ceil(ending)))
+                   min(self.concurrency, int(ending)))   # rounded down: none for long handlers
 
 
 def _moving(average: Optional[float], value: float) -> float:
