@@ -360,13 +360,22 @@ def main():
            [(w, r) for w, c, r in rows if c == "wake"], [(w, r) for w, c, r in rows if c == "steps"])
 
 
+def command_line():
+    """This run's arguments, without --out and its value."""
+    argv, out = sys.argv[1:], []
+    for i, a in enumerate(argv):
+        if not (a.startswith("--out") or (i > 0 and argv[i - 1] == "--out")):
+            out.append(a)
+    return out
+
+
 def report(args, rows, asyncio_runs, wakes, steps):
     lines = ["# Workers: tinyq's helpers beside huey, liteque and plainjob", "",
              "Written by `bench/workers.py%s` on %s (%s, %d cores, Python %s, SQLite via Debian's "
              "python3). One process, prefilled queue, no-op handler; best of %d rounds, run round-robin. "
              "Load average (1 min) %.1f at the start, %.1f at the end; CPU time per job is the whole "
              "process's (every thread), from the worker's start to the last job's end." % (
-                 "".join(" " + a for a in sys.argv[1:] if not a.startswith("--out")),
+                 "".join(" " + a for a in command_line()),
                  time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), platform.machine(),
                  os.cpu_count(), platform.python_version(), SIZES["quick" if args.quick else "full"]["repeats"],
                  args.load_at_start, os.getloadavg()[0]), "",
