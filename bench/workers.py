@@ -6,6 +6,8 @@ liteque and plainjob, on one machine in one run.
     /usr/bin/python3 bench/workers.py                 # full run (about two minutes)
     /usr/bin/python3 bench/workers.py --quick         # smaller sizes
     /usr/bin/python3 bench/workers.py --before ad2d89d   # also tinyq's helpers as of that commit
+    /usr/bin/python3 bench/workers.py --only steps    # only the kept-step workload
+    /usr/bin/python3 bench/workers.py --before ad2d89d --before-ext old/tinyq.so   # its extension too
 
 Every figure is a prefilled queue drained by one process with a no-op handler (asyncio:
 handlers that each await 0.2 s), timed from the start of the worker to the last job's
@@ -126,9 +128,9 @@ def child_threads(spec):
             if left[0] == 0:
                 q.stop()
 
-    t0 = time.perf_counter()
+    t0, cpu0 = time.perf_counter(), time.process_time()
     q.work(handler, concurrency=spec["c"], poll=0.05, **({"prefetch": spec["prefetch"]} if "prefetch" in spec else {}))
-    return {"seconds": time.perf_counter() - t0, "jobs": spec["n"]}
+    return {"seconds": time.perf_counter() - t0, "cpu": time.process_time() - cpu0, "jobs": spec["n"]}
 
 
 def child_asyncio(spec):
@@ -155,13 +157,13 @@ def child_asyncio(spec):
             if left[0] == 0:
                 q.stop()
 
-        t0 = time.perf_counter()
+        t0, cpu0 = time.perf_counter(), time.process_time()
         await q.work(handler, concurrency=spec["c"], poll=0.05)
-        seconds = time.perf_counter() - t0
+        seconds, cpu = time.perf_counter() - t0, time.process_time() - cpu0
         await q.close()
-        return seconds
+        return {"seconds": seconds, "cpu": cpu, "jobs": spec["n"]}
 
-    return {"seconds": asyncio.run(main()), "jobs": spec["n"]}
+    return asyncio.run(main())
 
 
 def child_huey(spec):
@@ -210,12 +212,12 @@ def child_huey(spec):
     consumer = huey.create_consumer(workers=spec["c"], worker_type="thread", periodic=False,
                                     initial_delay=delay, max_delay=delay, backoff=1.0,
                                     check_worker_health=False)
-    t0 = time.perf_counter()
+    t0, cpu0 = time.perf_counter(), time.process_time()
     consumer.start()
     finished.wait()
-    seconds = time.perf_counter() - t0
+    seconds, cpu = time.perf_counter() - t0, time.process_time() - cpu0
     consumer.stop(graceful=True)
-    return {"seconds": seconds, "jobs": spec["n"]}
+    return {"seconds": seconds, "cpu": cpu, "jobs": spec["n"]}
 
 
 CHILDREN = {"threads": child_threads, "asyncio": child_asyncio, "huey": child_huey}
@@ -229,7 +231,7 @@ def measure_once(python, spec):
         spec = dict(spec, path=os.path.join(folder, "bench.db"))
         if spec["kind"].startswith("node"):
             argv = ["node", os.path.join(BENCH, "workers_node.js"), json.dumps(spec)]
-            env = dict(os.environ, NODE_PATH=os.path.join(NODE_DIR, "node_modules"), TINYQ_EXT=EXT)
+            env = dict(os.environ, NODE_PATH=os.path.join(NODE_DIR, "node_modules"), TINYQ_EXT=spec.get("ext", EXT))
         else:
             argv = [python, os.path.abspath(__file__), "--child", json.dumps(spec)]
             env = dict(os.environ)
@@ -267,7 +269,8 @@ def rate(result):
         return "n/a (%s)" % result["error"][:90] if result else "n/a"
     if "median_ms" in result:
         return "%.2f ms" % result["median_ms"]
-    return "{:,.0f} jobs/s".format(result["jobs"] / result["seconds"])
+    cpu = "" if "cpu" not in result else " (%.0f µs CPU/job)" % (result["cpu"] / result["jobs"] * 1e6)
+    return "{:,.0f} jobs/s{}".format(result["jobs"] / result["seconds"], cpu)
 
 
 def main():
@@ -275,12 +278,17 @@ def main():
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--before", help="also measure tinyq's helpers as of this commit")
     parser.add_argument("--out", default=os.path.join(RESULTS, "workers.md"))
+    parser.add_argument("--before-ext", help="the extension (.so) of the --before rows (default: this build's)")
+    parser.add_argument("--only", help="measure only these columns (comma-separated: 1, 8, asyncio, steps, wake)")
     parser.add_argument("--child")
     args = parser.parse_args()
     if args.child:
+        global EXT
         spec = json.loads(args.child)
+        EXT = spec.get("ext", EXT)
         print(json.dumps(CHILDREN[spec["kind"]](spec)))
         return
+    args.load_at_start = os.getloadavg()[0]
     size = SIZES["quick" if args.quick else "full"]
     os.makedirs(WORK, exist_ok=True)
     venv_py = setup_huey()
@@ -296,6 +304,8 @@ def main():
     table, plan = [], []   # table: (worker, column, index in plan)
 
     def add(worker, column, python, spec):
+        if args.before_ext and args.before and args.before in worker:
+            spec = dict(spec, ext=os.path.abspath(args.before_ext)[:-3] if args.before_ext.endswith(".so") else args.before_ext)
         table.append((worker, column, len(plan)))
         plan.append((python, spec, "%s, %s" % (worker, column)))
 
@@ -339,19 +349,36 @@ def main():
     for label, where in versions:
         add(label, "asyncio", PY, dict(kind="asyncio", python=where["python"], c=1000, sleep=0.2, n=size["asyncio"]))
         add(label, "wake", PY, dict(kind="node-wake", module=where["node"], n=size["wakes"]))
+    if args.only:
+        columns = set(args.only.split(","))
+        keep = [i for i, (_, column, _) in enumerate(table) if str(column) in columns]
+        plan = [plan[i] for i in keep]
+        table = [(w, c, keep.index(i)) for w, c, i in table if i in keep]
     results = measure_all(plan, repeats)
     rows = [(worker, column, results[i]) for worker, column, i in table]
     report(args, [r for r in rows if r[1] in (1, 8)], [(w, r) for w, c, r in rows if c == "asyncio"],
            [(w, r) for w, c, r in rows if c == "wake"], [(w, r) for w, c, r in rows if c == "steps"])
 
 
+def command_line():
+    """This run's arguments, without --out and its value."""
+    argv, out = sys.argv[1:], []
+    for i, a in enumerate(argv):
+        if not (a.startswith("--out") or (i > 0 and argv[i - 1] == "--out")):
+            out.append(a)
+    return out
+
+
 def report(args, rows, asyncio_runs, wakes, steps):
     lines = ["# Workers: tinyq's helpers beside huey, liteque and plainjob", "",
-             "Written by `bench/workers.py%s%s` on %s (%s, %d cores, Python %s, SQLite via Debian's "
-             "python3). One process, prefilled queue, no-op handler; best of %d rounds, run round-robin." % (
-                 " --quick" if args.quick else "", " --before " + args.before if args.before else "",
+             "Written by `bench/workers.py%s` on %s (%s, %d cores, Python %s, SQLite via Debian's "
+             "python3). One process, prefilled queue, no-op handler; best of %d rounds, run round-robin. "
+             "Load average (1 min) %.1f at the start, %.1f at the end; CPU time per job is the whole "
+             "process's (every thread), from the worker's start to the last job's end." % (
+                 "".join(" " + a for a in command_line()),
                  time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), platform.machine(),
-                 os.cpu_count(), platform.python_version(), SIZES["quick" if args.quick else "full"]["repeats"]), "",
+                 os.cpu_count(), platform.python_version(), SIZES["quick" if args.quick else "full"]["repeats"],
+                 args.load_at_start, os.getloadavg()[0]), "",
              "| worker | 1 thread / c=1 | 8 threads / c=8 |", "|---|---|---|"]
     names = []
     for name, _, _ in rows:

@@ -25,14 +25,16 @@ async function drain(n, start) {
   let finished;
   const all = new Promise((resolve) => { finished = resolve; });
   const t0 = performance.now();
+  const cpu0 = process.cpuUsage();
   const stop = await start(async () => {
     left -= 1;
     if (left === 0) finished();
   });
   await all;
   const seconds = (performance.now() - t0) / 1000;
+  const cpu = process.cpuUsage(cpu0);
   await stop();
-  return { seconds, jobs: n };
+  return { seconds, cpu: (cpu.user + cpu.system) / 1e6, jobs: n };
 }
 
 const kinds = {

@@ -81,25 +81,41 @@ const FLUSH_MS = 20; // a settle waits at most this long for the next claim
 const MAX_CLAIM = 1000; // tq_claim's largest n
 
 /** How many jobs the worker claims ahead of its running handlers (the `prefetch` option),
- * as Python's threads do. A whole number is fixed. 'auto' claims AUTO_AHEAD ahead only while
- * the recent handlers (a moving average) took under FAST_MS: then a job claimed ahead waits a
- * few milliseconds at most, and a backlog of tiny jobs costs one commit per AUTO_AHEAD + 1
- * jobs instead of one per job. The first claim, and every claim after slow handlers, takes
- * only the free places. */
+ * as Python's asyncio work() does. A whole number is fixed. 'auto' claims ahead the jobs that
+ * the handlers are expected to end while one settle-and-claim commits: concurrency x that
+ * commit's time / a handler's time (moving averages), rounded down, at most `concurrency`, and AUTO_AHEAD
+ * at least while the handlers took under FAST_MS. A place that frees then starts a job at
+ * once, instead of after the commit that settles its last job and claims the next; a job
+ * claimed ahead waits about one such commit for its place, and a backlog of tiny jobs costs
+ * one commit per AUTO_AHEAD + 1 jobs instead of one per job. The first claim takes only the
+ * free places. */
 class Pace {
-  constructor(prefetch) {
+  constructor(prefetch, concurrency) {
     this.fixed = wholeNumber('prefetch', prefetch, 0, 'auto') === 'auto' ? null : prefetch;
-    this.average = null; // ms
+    this.concurrency = concurrency;
+    this.average = null; // a handler's ms
+    this.commit = null; // a settle-and-claim's ms
   }
 
   took(ms) {
-    this.average = this.average === null ? ms : 0.7 * this.average + 0.3 * ms;
+    this.average = moving(this.average, ms);
+  }
+
+  committed(ms) {
+    this.commit = moving(this.commit, ms);
   }
 
   ahead() {
     if (this.fixed !== null) return this.fixed;
-    return this.average !== null && this.average < FAST_MS ? AUTO_AHEAD : 0;
+    if (this.average === null || this.commit === null) return 0;
+    // rounded down: long handlers claim none ahead (one would wait a whole handler's time)
+    const ending = Math.floor((this.concurrency * this.commit) / Math.max(this.average, 0.001));
+    return Math.max(this.average < FAST_MS ? AUTO_AHEAD : 0, Math.min(this.concurrency, ending));
   }
+}
+
+function moving(average, value) {
+  return average === null ? value : 0.7 * average + 0.3 * value;
 }
 
 /** The option `value` when it is a whole number >= `least` (or `other`), else an error
@@ -114,7 +130,7 @@ async function workLoop(queue, handler, opts) {
   const concurrency = wholeNumber('concurrency', opts.concurrency ?? 1, 1);
   const errors = opts.errors ?? 'message';
   if (errors !== 'message' && errors !== 'class') throw new Error(`errors must be 'message' or 'class', not ${errors}`);
-  const pace = new Pace(opts.prefetch ?? 'auto');
+  const pace = new Pace(opts.prefetch ?? 'auto', concurrency);
   const worker = opts.worker || `${os.hostname()}:${process.pid}`;
   const poll = opts.poll ?? 1000;
   const claimOpts = options({ lease: opts.lease });
@@ -156,6 +172,8 @@ async function workLoop(queue, handler, opts) {
     const p = runOne(queue, run, handler, errors, finished, heartbeat, pace).finally(() => {
       running.delete(run);
       inflight.delete(p);
+      // a freed place starts the next job claimed ahead at once
+      while (!queue._stopping && inflight.size < concurrency && ahead.length > 0) start(ahead.shift());
       queue._wake();
     });
     inflight.add(p);
@@ -163,7 +181,6 @@ async function workLoop(queue, handler, opts) {
   };
   try {
     while (!queue._stopping) {
-      while (inflight.size < concurrency && ahead.length > 0) start(ahead.shift());
       const free = concurrency - inflight.size;
       if (free <= 0) { // every place busy: the settles wait for the next claim, FLUSH_MS at most
         const wait = finished.length === 0 ? poll : FLUSH_MS - (Date.now() - finished[0][3]);
@@ -172,16 +189,19 @@ async function workLoop(queue, handler, opts) {
           continue;
         }
       }
-      const want = free > 0 ? Math.min(free + pace.ahead(), MAX_CLAIM) : 0;
+      const want = Math.min(free + pace.ahead() - ahead.length, MAX_CLAIM);
+      const started = performance.now();
       const runs = (await settleAndClaim(writes, finished.splice(0), want > 0 ? claimSql : null, claimArgs(want)))
         .map((job) => new Run(db, job, writes));
-      for (const run of runs.slice(free)) {
+      pace.committed(performance.now() - started);
+      // in line behind the jobs claimed ahead before (handlers that ended meanwhile took some)
+      for (const run of runs) {
         heartbeat.add(run);
         ahead.push(run);
       }
-      runs.slice(0, free).forEach(start);
+      while (inflight.size < concurrency && ahead.length > 0) start(ahead.shift());
       // idle places: sleep in the waiter's tq_wait (unless stop() came while the claim committed)
-      if (free > 0 && runs.length < free && !queue._stopping) await nap(poll, true);
+      if (runs.length < want && inflight.size < concurrency && !queue._stopping) await nap(poll, true);
     }
   } finally {
     process.removeListener('SIGTERM', onSignal);

@@ -287,19 +287,25 @@ pub fn tq_settle(conn: &Conn, args: &[Val]) -> Result<Out> {
     })
 }
 
-/// Extends the lease of a running attempt, never past its deadline, in one statement.
-/// None: stop working (cancelled, taken by a later attempt, or past its timeout).
+/// Extends the lease of a running attempt, never past its deadline; the new lease_until.
+/// None: stop working (cancelled, taken by a later attempt, or past its timeout). No
+/// RETURNING: SQLite runs it through an ephemeral table per call, which cost more than the
+/// update (the helpers renew and keep steps by the thousand in one statement).
 pub fn extend_lease(conn: &Conn, id: &str, attempt: i64, lease: Option<i64>) -> Result<Option<i64>> {
-    conn.one_int(
+    let extended = conn.exec(
         concat!(
             "UPDATE tinyq_jobs
              SET lease_until = min(?3 + coalesce(?4, (SELECT lease FROM tinyq_queues WHERE name = tinyq_jobs.queue), ?5), deadline)
              WHERE",
             working_fence!(),
-            "AND ?3 < deadline RETURNING lease_until"
+            "AND ?3 < deadline"
         ),
         &[&id, &attempt, &conn.now(), &lease, &settings::DEFAULT_LEASE],
-    )
+    )?;
+    if extended == 0 {
+        return Ok(None);
+    }
+    conn.one_int("SELECT lease_until FROM tinyq_jobs WHERE id = ?1 AND attempt = ?2", &[&id, &attempt])
 }
 
 /// tq_renew(id, attempt [, lease]) -> new lease_until, or NULL

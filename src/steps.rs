@@ -15,6 +15,11 @@ pub fn tq_step_get(conn: &Conn, args: &[Val]) -> Result<Out> {
     if !store::exists(conn)? {
         return Ok(Out::Null);
     }
+    kept_step(conn, &id, &name)
+}
+
+/// The answer kept under `name` for the job `id`, or NULL.
+fn kept_step(conn: &Conn, id: &str, name: &str) -> Result<Out> {
     let kept = conn.one(
         "SELECT s.value FROM tinyq_steps s JOIN tinyq_jobs j ON s.job = j.seq WHERE j.id = ?1 AND s.name = ?2",
         &[&id, &name],
@@ -40,15 +45,19 @@ pub fn tq_step_put(conn: &Conn, args: &[Val]) -> Result<Out> {
         if extend_lease(conn, &id, attempt, None)?.is_none() {
             return Ok(Out::Null);
         }
-        let now = conn.now();
-        let kept = conn.one(
+        // No RETURNING: SQLite runs it through an ephemeral table, opened and closed on
+        // every call, which cost more than the insert itself (a group commit makes a
+        // thousand of these calls in one statement).
+        let added = conn.exec(
             "INSERT INTO tinyq_steps (job, name, value, attempt, created_at)
              SELECT seq, ?3, ?4, ?2, ?5 FROM tinyq_jobs WHERE id = ?1
-             ON CONFLICT (job, name) DO UPDATE SET job = job
-             RETURNING value",
-            &[&id, &attempt, &name, &value, &now],
+             ON CONFLICT (job, name) DO NOTHING",
+            &[&id, &attempt, &name, &value, &conn.now()],
         )?;
-        Ok(Out::Val(kept.unwrap_or(Val::Null)))
+        if added > 0 {
+            return Ok(Out::Val(value));
+        }
+        kept_step(conn, &id, &name)
     })
 }
 

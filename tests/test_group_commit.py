@@ -105,12 +105,12 @@ def test_a_group_whose_transaction_fails_answers_every_caller_with_the_error(db_
 def recording_groups(monkeypatch):
     """The size of every group the asyncio helper commits (its writes), in order."""
     sizes = []
-    real = tinyq._aio.run_turn
+    real = tinyq._aio.commit_group
 
-    def run_turn(conn, reads, writes):
+    def commit_group(conn, writes):
         sizes.append(len(writes))
-        return real(conn, reads, writes)
-    monkeypatch.setattr(tinyq._aio, "run_turn", run_turn)
+        return real(conn, writes)
+    monkeypatch.setattr(tinyq._aio, "commit_group", commit_group)
     return sizes
 
 

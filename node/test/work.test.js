@@ -346,14 +346,16 @@ test('prefetch (auto): every job runs once, in claim order, with jobs claimed ah
   }
 });
 
-test('slow handlers (5 ms) and prefetch: 0 claim only the free places', async () => {
-  for (const [opts, handler] of [[{}, () => sleep(5)], [{ prefetch: 0 }, async () => {}]]) {
+test('prefetch: 0 claims only the free places; auto, past fast handlers, as many ahead at most', async () => {
+  // slow (5 ms) handlers: 'auto' claims ahead those expected to end while one claim commits
+  for (const [opts, handler, most] of [[{ prefetch: 0 }, async () => {}, 2], [{ prefetch: 0 }, () => sleep(5), 2],
+    [{}, () => sleep(5), 4]]) {
     const q = newQueue();
     const ids = addJobs(q, 30);
-    const { started, most } = await startsAndLeases(q, ids, { concurrency: 2, ...opts }, handler);
-    assert.deepEqual(started, ids);
-    assert.ok(ids.every((id) => q.get(id).state === 'done'));
-    assert.ok(most <= 2, `${most} leased at once with ${JSON.stringify(opts)}`);
+    const run = await startsAndLeases(q, ids, { concurrency: 2, ...opts }, handler);
+    assert.deepEqual(run.started, ids);
+    assert.ok(ids.every((id) => q.get(id).state === 'done' && q.get(id).attempt === 1));
+    assert.ok(run.most <= most, `${run.most} leased at once with ${JSON.stringify(opts)}`);
   }
 });
 

@@ -20,6 +20,7 @@ the loop.
 from __future__ import annotations
 
 import asyncio
+import collections
 import functools
 import inspect
 import json
@@ -28,11 +29,11 @@ import os
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Awaitable, Callable, Dict, Iterable, List, Optional, Sequence, Set, Tuple
+from typing import Any, Awaitable, Callable, Deque, Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
 from ._connection import OwnedConnection, open as open_conn
 from ._context import RunBase, current_run, is_busy, stop_grace
-from ._group import Write, run_turn
+from ._group import Write, commit_group, run_reads
 from ._protocol import (WAITER_JOIN_S, abandon, check_work_args, claim_args, grace_left, sooner,
                         claim_sql, lease_options, lease_pairs, lease_value, outcome_of_exception, renew_in,
                         renew_soon, renewed, result_outcome, schedule_renewal, settle_and_claim_in,
@@ -93,29 +94,38 @@ class _DbThread:
         return await future
 
     async def _turns(self) -> None:
-        """Runs the pending reads and commits the pending writes, one group per turn of the
-        thread, until none is left."""
+        """Runs the pending reads, then commits the pending writes, one group per turn of
+        the thread, until none is left. The reads are answered before the commit: a handler
+        that starts while a batch of settles and claims commits (a job claimed ahead) reads
+        its kept steps at once, rather than after that batch."""
         try:
             while self._pending:
                 turn, self._pending = self._pending, []
-                reads = [write for write, read, _ in turn if read]
-                writes = [write for write, read, _ in turn if not read]
-                try:
-                    await self.call(run_turn, reads, writes)
-                except BaseException as exc:   # no connection, or cancelled: every caller hears it
-                    error = exc if isinstance(exc, Exception) else RuntimeError(
-                        "tinyq: the group commit was interrupted (%r)" % (exc,))
-                    for _, _, future in turn:
-                        if not future.done():
-                            future.set_exception(error)
-                    if error is not exc:
-                        raise
-                    continue
-                for write, _, future in turn:
-                    if not future.done():
-                        _resolve(future, write)
+                reads = [(write, future) for write, read, future in turn if read]
+                writes = [(write, future) for write, read, future in turn if not read]
+                if reads:
+                    await self._serve(run_reads, reads)
+                if writes:
+                    await self._serve(commit_group, writes)
         finally:
             self._committer = None
+
+    async def _serve(self, run: Callable[[Any, List[Write]], None], part: List[Tuple[Write, "asyncio.Future[Any]"]]) -> None:
+        """`run(conn, writes)` on the thread, then each caller's answer."""
+        try:
+            await self.call(run, [write for write, _ in part])
+        except BaseException as exc:   # no connection, or cancelled: every caller hears it
+            error = exc if isinstance(exc, Exception) else RuntimeError(
+                "tinyq: the group commit was interrupted (%r)" % (exc,))
+            for _, future in part:
+                if not future.done():
+                    future.set_exception(error)
+            if error is not exc:
+                raise
+            return
+        for write, future in part:
+            if not future.done():
+                _resolve(future, write)
 
     async def close(self) -> None:
         if self._pool is not None and self._pid == os.getpid():
@@ -131,6 +141,7 @@ class AsyncRun(RunBase):
     def __init__(self, db: _DbThread, job: Dict[str, Any]):
         super().__init__(job)
         self._db = db
+        self._payload = job["payload"]   # as stored: decoded when its handler starts
 
     async def step(self, name: str, fn: Callable[[], Any]) -> Any:
         """The answer kept under `name` by any attempt; else fn()'s answer (awaited when
@@ -237,11 +248,52 @@ class _Waiter(threading.Thread):
             conn.close()
 
 
+class _Pace:
+    """How many jobs work() claims ahead of its running handlers (`prefetch`). A whole
+    number is fixed. "auto" claims ahead the jobs that its handlers are expected to end
+    while one settle-and-claim commits: concurrency x that commit's time / a handler's time
+    (moving averages), rounded down (handlers far longer than a commit claim none ahead: one
+    would wait a whole handler's time), at most `concurrency`, and AUTO_AHEAD at least while the handlers take
+    under FAST seconds (as the threads' prefetch). A place that frees then starts a job at
+    once, instead of after the commit that settles its last job and claims the next, and a
+    job claimed ahead waits about one such commit for its place. The first claim takes only
+    the free places."""
+
+    AUTO_AHEAD = 7
+    FAST = 0.001
+
+    def __init__(self, prefetch: Any, concurrency: int):
+        self.fixed = None if prefetch == "auto" else prefetch
+        self.concurrency = concurrency
+        self.average: Optional[float] = None     # a handler's time (a moving average)
+        self.commit: Optional[float] = None      # a settle-and-claim's time (a moving average)
+
+    def took(self, seconds: float) -> None:
+        self.average = _moving(self.average, seconds)
+
+    def committed(self, seconds: float) -> None:
+        self.commit = _moving(self.commit, seconds)
+
+    def ahead(self) -> int:
+        if self.fixed is not None:
+            return self.fixed
+        if self.average is None or self.commit is None:
+            return 0
+        ending = self.concurrency * self.commit / max(self.average, 1e-6)
+        return max(self.AUTO_AHEAD if self.average < self.FAST else 0,
+                   min(self.concurrency, int(ending)))   # rounded down: none for long handlers
+
+
+def _moving(average: Optional[float], value: float) -> float:
+    return value if average is None else 0.7 * average + 0.3 * value
+
+
 class _AsyncWork:
     """One `await q.work(...)`: its loop, tasks, heartbeat and waiter."""
 
     def __init__(self, queue: "AsyncQueue", handler: Callable[[Any, AsyncRun], Awaitable[Any]],
-                 concurrency: int, worker: Optional[str], poll: float, lease: Any, errors: str):
+                 concurrency: int, worker: Optional[str], poll: float, lease: Any, errors: str,
+                 prefetch: Any):
         self.queue = queue
         self.handler = handler
         self.concurrency = concurrency
@@ -252,8 +304,10 @@ class _AsyncWork:
         self.lease = lease_value(lease)
         self.db = _DbThread(queue._connect, "tinyq-aio-work")
         self.tasks: Set[asyncio.Task] = set()
-        self.runs: Dict[AsyncRun, float] = {}        # running job -> monotonic time of its renewal
+        self.runs: Dict[AsyncRun, float] = {}        # leased job -> monotonic time of its renewal
         self.running: Set[AsyncRun] = set()          # runs whose handler is running (stop's grace)
+        self.ahead: Deque[AsyncRun] = collections.deque()   # claimed ahead, not started (prefetch)
+        self.pace = _Pace(prefetch, concurrency)
         self.finished: List[Tuple[AsyncRun, str, Any]] = []
         self.may_claim = True
         self.event = asyncio.Event()
@@ -285,15 +339,16 @@ class _AsyncWork:
                 self.event.clear()
                 stopping = self.queue._stopping
                 free = 0 if stopping else self.concurrency - len(self.tasks)
-                want = free if self.may_claim else 0
+                want = 0 if stopping or not self.may_claim else free + self.pace.ahead() - len(self.ahead)
                 if self.finished or want > 0:
                     batch, self.finished = self.finished, []
-                    args = None if want == 0 else claim_args(self.queue.name, self.worker, want,
+                    args = None if want <= 0 else claim_args(self.queue.name, self.worker, want,
                                                              self.lease_options)
+                    started = time.monotonic()
                     jobs = await self.settle_and_claim(sql, batch, args)
-                    for job in jobs:
-                        self.start(job)
-                    if want and len(jobs) < want:
+                    self.pace.committed(time.monotonic() - started)
+                    self.claimed(jobs)
+                    if want > 0 and len(jobs) < want:
                         self.may_claim = False
                         waiter.arm()
                     continue
@@ -315,8 +370,10 @@ class _AsyncWork:
         waiter.close()
         try:
             await self.drain(sql)
-            if self.finished:
-                await self.settle_and_claim(sql, self.finished, None)
+            # Jobs claimed ahead go back in line: a snooze of 0 does not use up a try.
+            back = [(run, "snooze", 0) for run in self.take_all_ahead() if not run.cancelled]
+            if self.finished or back:
+                await self.settle_and_claim(sql, self.finished + back, None)
         finally:  # a last settle that fails still leaves the queue ready for another work()
             heartbeat.cancel()
             await asyncio.gather(heartbeat, return_exceptions=True)
@@ -363,25 +420,45 @@ class _AsyncWork:
             log.error("tinyq: settling %d jobs / claiming failed: %s", len(settles), exc)
             return []
 
-    def start(self, job: Dict[str, Any]) -> None:
-        self.handled += 1
-        task = asyncio.ensure_future(self.run_job(job))
-        self.tasks.add(task)
-        task.add_done_callback(self.job_ended)
+    def claimed(self, jobs: List[Dict[str, Any]]) -> None:
+        """Start the claimed jobs in the free places; the others wait in line, leased and
+        renewed by the heartbeat, for a place to free."""
+        for job in jobs:
+            run = AsyncRun(self.db, job)
+            self.runs[run] = schedule_renewal(run)
+            self.ahead.append(run)
+        self.start_ahead()
+
+    def start_ahead(self) -> None:
+        while self.ahead and len(self.tasks) < self.concurrency and not self.queue._stopping:
+            run = self.ahead.popleft()
+            if run.cancelled:          # cancelled while it waited (its renewal said so)
+                self.runs.pop(run, None)
+                continue
+            self.handled += 1
+            task = asyncio.ensure_future(self.run_job(run))
+            self.tasks.add(task)
+            task.add_done_callback(self.job_ended)
+
+    def take_all_ahead(self) -> List[AsyncRun]:
+        runs, self.ahead = list(self.ahead), collections.deque()
+        for run in runs:
+            self.runs.pop(run, None)
+        return runs
 
     def job_ended(self, task: asyncio.Task) -> None:
         self.tasks.discard(task)
+        self.start_ahead()           # a freed place starts the next job claimed ahead at once
         self.event.set()
 
-    async def run_job(self, job: Dict[str, Any]) -> None:
+    async def run_job(self, run: AsyncRun) -> None:
         """One job, in its own task (so its own context: current_run is this run)."""
-        run = AsyncRun(self.db, job)
         current_run.set(run)
-        self.runs[run] = schedule_renewal(run)
         self.running.add(run)
+        started = time.monotonic()
         try:
             try:
-                result = await self.handler(_decode(job["payload"]), run)
+                result = await self.handler(_decode(run._payload), run)
             except BaseException as exc:
                 outcome, value = outcome_of_exception(exc, self.errors)
             else:
@@ -390,12 +467,13 @@ class _AsyncWork:
             self.runs.pop(run, None)
             self.running.discard(run)
             run._end("finished")
+            self.pace.took(time.monotonic() - started)
         if outcome is not None and not run.cancelled:
             self.finished.append((run, outcome, value))
 
     async def heartbeat(self) -> None:
-        """When the earliest running job is at half its lease, renew every running job, in
-        one statement of one transaction."""
+        """When the earliest leased job (running, or claimed ahead) is at half its lease,
+        renew every leased job, in one statement of one transaction."""
         while True:
             now = time.monotonic()
             due = min(self.runs.values(), default=now + 0.1)
@@ -507,14 +585,19 @@ class AsyncQueue:
 
     async def work(self, handler: Callable[[Any, AsyncRun], Awaitable[Any]], concurrency: int = 1,
                    worker: Optional[str] = None, poll: float = 1.0, lease: Any = None,
-                   errors: str = "message") -> int:
+                   errors: str = "message", prefetch: Any = "auto") -> int:
         """Run `await handler(payload, run)` for this queue's jobs, up to `concurrency` at
         once, until stop(), SIGTERM or SIGINT; then claim nothing more and return (how many
         jobs it claimed) once every job in flight has finished and settled. `handler` must be
-        a coroutine function (async def): a plain def is refused with a TypeError. Cancelling
+        a coroutine function (async def): a plain def is refused with a TypeError. `prefetch`:
+        how many jobs it claims ahead of the running handlers, leased and renewed while they
+        wait, so that a handler that ends makes way for the next job at once; "auto" claims
+        those expected to free a place while one settle-and-claim commits (see _Pace), 0
+        never claims ahead, a number fixes it. On stop, jobs claimed ahead go back in line
+        without using up a try. Cancelling
         the task that awaits work() stops it the same way (however often it is cancelled,
         the jobs in flight finish and settle), then raises CancelledError."""
-        check_work_args(concurrency, errors)
+        check_work_args(concurrency, errors, prefetch)
         if not _is_async(handler):
             raise TypeError("AsyncQueue.work needs an async handler (async def), not %r: a plain "
                             "def would run on the event loop and its result could not be awaited; "
@@ -523,7 +606,7 @@ class AsyncQueue:
         if self._work is not None:
             raise RuntimeError("this AsyncQueue is already working")
         self._loop = asyncio.get_running_loop()
-        self._work = _AsyncWork(self, handler, concurrency, worker, poll, lease, errors)
+        self._work = _AsyncWork(self, handler, concurrency, worker, poll, lease, errors, prefetch)
         return await self._work.run()
 
     def stop(self, timeout: Optional[float] = None) -> None:

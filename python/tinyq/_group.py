@@ -20,7 +20,7 @@ from typing import Any, Callable, List, Optional
 from ._context import is_busy
 from ._sql import _rows
 
-__all__ = ["Write", "commit_group", "run_turn", "Leader"]
+__all__ = ["Write", "commit_group", "run_reads", "Leader"]
 
 
 class Write:
@@ -62,14 +62,6 @@ def run_reads(conn: Any, reads: List[Write]) -> None:
                 read.error = exc
     for read in reads:
         read.done = True
-
-
-def run_turn(conn: Any, reads: List[Write], writes: List[Write]) -> None:
-    """One turn of a worker's SQL thread: the reads asked for since the last turn, then
-    the writes as one group commit."""
-    run_reads(conn, reads)
-    if writes:
-        commit_group(conn, writes)
 
 
 class _TransactionEnded(Exception):
