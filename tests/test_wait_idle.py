@@ -136,3 +136,105 @@ print(json.dumps(results), flush=True)
     # correct b waiter counts is a wake-up per read of the shared instance, and the GIL's
     # hand-overs (measured up to 64 on a loaded machine).
     assert all(res[f"b{i} switches"] <= 300 for i in range(5)), json.dumps(res)
+
+
+# -- helpers: 20 idle queues in one work() ----------------------------------------------------
+
+IDLE_QUEUES = 20
+
+
+def process_switches():
+    """Voluntary context switches of every thread of this process so far."""
+    total = 0
+    for task in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{task}/status") as f:
+                total += next(int(line.split()[1]) for line in f if line.startswith("voluntary_ctxt_switches"))
+        except FileNotFoundError:   # a thread that ended meanwhile
+            pass
+    return total
+
+
+def tinyq_threads(prefix):
+    import threading
+    return [t for t in threading.enumerate() if t.name.startswith(prefix)]
+
+
+IDLE_WORKER = """
+import asyncio, json, os, sys, threading, time
+sys.path.insert(0, sys.argv[3])
+sys.path.insert(0, sys.argv[4])
+import tinyq
+from test_wait_idle import process_switches, tinyq_threads
+kind, path, n = sys.argv[1], sys.argv[2], int(sys.argv[5])
+queues = ["q%d" % i for i in range(n)]
+done = threading.Event()
+
+def report(waiter_name, asleep):
+    while not asleep():                      # every queue's pool has found it empty
+        time.sleep(0.01)
+    time.sleep(0.3)                          # past the waiter's short calls after the last one fell idle
+    before = process_switches()
+    time.sleep(2.0)                          # an idle window (what is counted is the work)
+    print(json.dumps({"switches": process_switches() - before,
+                      "waiters": len(tinyq_threads(waiter_name))}), flush=True)
+    sys.stdin.readline()                     # the test added a job to each queue: they run
+    done.wait()
+
+started = []
+def handler_sync(payload, run):
+    started.append(run.id)
+    if len(started) == n:
+        done.set()
+
+if kind == "threads":
+    worker = tinyq.Worker(path, {q: handler_sync for q in queues}, poll=3600.0)
+    asleep = lambda: len(getattr(next(iter(tinyq_threads("tinyq-waiter")), None), "_sleepers", ())) == n
+    t = threading.Thread(target=report, args=("tinyq-waiter", asleep))
+    t.start()
+    threading.Thread(target=lambda: (done.wait(), worker.stop()), daemon=True).start()
+    counts = worker.work()
+    t.join()
+else:
+    async def handler(payload, run):
+        handler_sync(payload, run)
+    async def main():
+        worker = tinyq.AsyncWorker(path, {q: handler for q in queues}, poll=3600.0)
+        asleep = lambda: len(getattr(next(iter(tinyq_threads("tinyq-aio-waiter")), None), "_sleepers", ())) == n
+        loop = asyncio.get_running_loop()
+        reporting = loop.run_in_executor(None, report, "tinyq-aio-waiter", asleep)
+        stopping = loop.run_in_executor(None, lambda: (done.wait(), worker.stop()))
+        counts = await worker.work()
+        await reporting
+        await stopping
+        return counts
+    counts = asyncio.run(main())
+print(json.dumps({"counts": sorted(counts.values())}), flush=True)
+"""
+
+
+@pytest.mark.parametrize("kind", ["threads", "asyncio"])
+def test_twenty_idle_queues_of_one_work_share_one_waiter_and_sleep(db_path, kind):
+    """tinyq.Worker / AsyncWorker over 20 queues: one waiter thread (one connection in
+    tq_wait_any) for all of them, and idle, the whole process barely wakes: no claim per
+    queue per poll, no heartbeat flushing every 20 ms (together about 1,000 wake-ups a
+    second of 20 queues before). Then an add to each queue from another process runs."""
+    conn = store(db_path, "wal")
+    proc = subprocess.Popen([sys.executable, "-c", IDLE_WORKER, kind, db_path, os.path.join(ROOT, "python"),
+                             os.path.join(ROOT, "tests"), str(IDLE_QUEUES)],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        idle = json.loads(proc.stdout.readline())
+        for i in range(IDLE_QUEUES):
+            add(conn, "q%d" % i, id="j%d" % i)
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
+        ran = json.loads(proc.stdout.readline())
+    finally:
+        proc.wait(timeout=120)
+        conn.close()
+    assert idle["waiters"] == 1, idle
+    # Measured here about 10 (a waiter's call every 250 ms). A claim per queue per second
+    # and a heartbeat looking every 20 ms for settles (threads) would be 40 and 2,000.
+    assert idle["switches"] <= 200, idle
+    assert ran == {"counts": [1] * IDLE_QUEUES}, ran
