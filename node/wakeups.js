@@ -47,6 +47,7 @@ function startThread(file, driver, poll) {
   });
   worker.on('exit', () => died(null));
   return {
+    sleeping: () => sleepers.size,
     /** Resolves when a job of `queue` may be claimable (after `poll` ms once the thread is gone). */
     sleep(queue) {
       if (dead) return new Promise((resolve) => setTimeout(resolve, poll).unref());
@@ -99,4 +100,9 @@ function acquire(file, driver, poll) {
   };
 }
 
-module.exports = { acquire };
+/** The process's waiter threads: [{ file, users (work() calls), sleeping (idle queues) }]. */
+function threads() {
+  return [...shared].map(([key, { users, waiter }]) => ({ file: key.split('\0')[1], users, sleeping: waiter.sleeping() }));
+}
+
+module.exports = { acquire, threads };

@@ -455,3 +455,26 @@ test('once work() has returned, nothing of the worker holds the database open', 
     assert.deepEqual(openHandles(q.path), [], `stopped after ${stopAt} ms`);
   }
 });
+
+test('a Worker over 20 idle queues has one waiter thread for them all (issue 29)', async () => {
+  const fs = require('fs');
+  const wakeups = require('../wakeups.js');
+  const file = tempDb();
+  const tasks = () => fs.readdirSync('/proc/self/task').length;
+  const asleep = (n) => () => wakeups.threads().some((t) => t.file === file && t.sleeping === n);
+  const names = Array.from({ length: 20 }, (_, i) => `q${i}`);
+  const counted = {};
+  for (const n of [1, 20]) {
+    const worker = new tinyq.Worker(file, Object.fromEntries(names.slice(0, n).map((name) => [name, () => {}])));
+    const working = worker.work();
+    await until(asleep(n)); // every queue's loop found it empty and sleeps in the waiter
+    counted[n] = { tasks: tasks(), waiters: wakeups.threads().filter((t) => t.file === file).length };
+    await worker.stop();
+    await working;
+    worker.close();
+  }
+  assert.equal(counted[20].waiters, 1);
+  // A waiter thread per queue made 19 threads more (and more: each worker_thread has its own).
+  assert.ok(counted[20].tasks - counted[1].tasks < 5, JSON.stringify(counted));
+  assert.deepEqual(wakeups.threads().filter((t) => t.file === file), []); // ended with the last work()
+});
