@@ -238,3 +238,45 @@ def test_twenty_idle_queues_of_one_work_share_one_waiter_and_sleep(db_path, kind
     # and a heartbeat looking every 20 ms for settles (threads) would be 40 and 2,000.
     assert idle["switches"] <= 200, idle
     assert ran == {"counts": [1] * IDLE_QUEUES}, ran
+
+
+WAITER_ANY = """
+import json, sys
+sys.path.insert(0, sys.argv[2])
+from helpers import connect, one
+conn = connect(sys.argv[1])
+print(json.dumps({"ready": True}), flush=True)
+print(json.dumps({"r": json.loads(one(conn, "SELECT tq_wait_any(?, '30s')", '["a", "wake", "b"]'))}), flush=True)
+"""
+
+
+def test_tq_wait_any_ends_at_an_add_to_one_of_its_queues_and_names_it(db_path):
+    conn = store(db_path, "wal")
+    waiter = subprocess.Popen([sys.executable, "-c", WAITER_ANY, db_path, os.path.join(ROOT, "tests")],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert json.loads(waiter.stdout.readline()) == {"ready": True}
+        while not sleeping(waiter.pid):
+            time.sleep(0.01)
+        time.sleep(0.3)              # well inside tq_wait_any, past its settling
+        add(conn, "other", id="o1")  # a commit that leaves its queues as they were
+        add(conn, "wake", id="w1")
+        res = json.loads(waiter.stdout.readline())
+    finally:
+        waiter.wait(timeout=60)
+        conn.close()
+    assert res == {"r": ["wake"]}
+
+
+@pytest.mark.parametrize("queues, error", [
+    ("[]", "queues must hold from 1 to 1000 names, not 0"),
+    ("emails", "queues must be a JSON array of queue names"),
+    ('["a", 1]', "queues must hold queue names (text), not 1"),
+    ('[""]', "queue must not be empty"),
+])
+def test_tq_wait_any_refuses_a_bad_list_naming_it(db_path, queues, error):
+    conn = store(db_path, "wal")
+    with pytest.raises(Exception) as raised:
+        one(conn, "SELECT tq_wait_any(?, 0)", queues)
+    assert str(raised.value).startswith("tq_wait_any: ") and error in str(raised.value)
+    conn.close()
