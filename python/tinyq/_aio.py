@@ -39,7 +39,7 @@ from ._protocol import (WAITER_JOIN_S, abandon, check_work_args, claim_args, gra
                         stop_on_signals, worker_name)
 from ._queue import Queue
 from ._sql import _decode, _encode, _one, _rows
-from ._waiter import Waiter
+from . import _waiter
 from ._waits import (JOBS_OF, NOW, STEP_ROW, after_results, duration_ms, signal_steps, signal_wait, sleep_step,
                      sleep_until, wait_ids)
 
@@ -352,12 +352,13 @@ class _AsyncCall:
     waiter thread (_waiter.py), the signals, and the owner's stop. A failure in one queue
     (or in the waiter) stops every queue; work() raises the first, once all have drained."""
 
-    def __init__(self, owner: Any, connect: Callable[[], Any], worker: Optional[str], poll: float):
+    def __init__(self, owner: Any, path: str, connect: Callable[[], Any], worker: Optional[str], poll: float):
         self.owner = owner            # the AsyncQueue or AsyncWorker: _stopping, _grace_ends, stop()
+        self.path, self.poll = path, poll
         self.connect = connect
         self.worker = worker_name(worker)
         self.loop = asyncio.get_running_loop()
-        self.waiter = Waiter(connect, poll, self.failed_elsewhere, name="tinyq-aio-waiter")
+        self.waiter: Any = None       # the process's for the file, while run() runs
         self.works: List[_AsyncWork] = []
         self.failure: Optional[BaseException] = None
 
@@ -368,7 +369,7 @@ class _AsyncCall:
                 self.loop.call_soon_threadsafe(work.woke)
             except RuntimeError:      # the loop is closed
                 pass
-        self.waiter.sleep(work.name, woke)
+        self.waiter.sleep(work.name, woke, self)
 
     def wake(self) -> None:
         for work in self.works:
@@ -390,6 +391,8 @@ class _AsyncCall:
             pass
 
     async def run(self) -> Dict[str, int]:
+        self.waiter = _waiter.acquire(self, self.path, self.connect, self.poll, self.failed_elsewhere,
+                                      name="tinyq-aio-waiter")
         restore = stop_on_signals(self.owner.stop, self.loop)
         tasks = [asyncio.ensure_future(self.run_one(work)) for work in self.works]
         try:     # the signals stay ours while the drains last: a second one ends them
@@ -401,8 +404,8 @@ class _AsyncCall:
                 raise
         finally:
             restore()
-            self.waiter.close()
-            await asyncio.get_running_loop().run_in_executor(None, self.waiter.ended, WAITER_JOIN_S)
+            if _waiter.release(self, self.waiter):   # the last work() on the file: it ends
+                await asyncio.get_running_loop().run_in_executor(None, self.waiter.ended, WAITER_JOIN_S)
             self.owner._work = None
             self.owner._stopping = False
             self.owner._grace_ends = None
@@ -417,13 +420,13 @@ class _AsyncCall:
             self.fail(exc)
 
 
-async def work_calls(owner: Any, queues: Dict[str, Tuple[Callable[..., Any], Dict[str, Any]]],
+async def work_calls(owner: Any, queues: Dict[str, Tuple[Callable[..., Any], Dict[str, Any]]], path: str,
                      connect: Callable[[], Any], worker: Optional[str], poll: float) -> Dict[str, int]:
     """Serve `queues` (name -> (handler, options: concurrency, lease, errors)) until
     owner.stop(), SIGTERM or SIGINT; how many jobs each claimed."""
     if owner._work is not None:
         raise RuntimeError("this %s is already working" % type(owner).__name__)
-    call = _AsyncCall(owner, connect, worker, poll)
+    call = _AsyncCall(owner, path, connect, worker, poll)
     call.works = [_AsyncWork(call, name, handler, **opts) for name, (handler, opts) in queues.items()]
     owner._loop = call.loop
     owner._work = call
@@ -539,7 +542,7 @@ class AsyncQueue:
         the jobs in flight finish and settle), then raises CancelledError."""
         options = dict(concurrency=concurrency, lease=lease, errors=errors)
         queues = {self.name: (handler, options)}
-        return (await work_calls(self, queues, self._connect, worker, poll))[self.name]
+        return (await work_calls(self, queues, self.path, self._connect, worker, poll))[self.name]
 
     def stop(self, timeout: Optional[float] = None) -> None:
         """Ask work() to claim nothing more and return once the work in flight is done.
@@ -604,7 +607,7 @@ class AsyncWorker:
         """Serve every queue until stop(), SIGTERM or SIGINT (as AsyncQueue.work does one);
         returns how many jobs each queue claimed. A failure in one queue's machinery stops
         them all and work() raises it; cancelling its task stops them all too."""
-        return await work_calls(self, self.queues, self._connect, self._worker, self._poll)
+        return await work_calls(self, self.queues, self.path, self._connect, self._worker, self._poll)
 
     # stop() is AsyncQueue's: the same fields, the same call
     stop = AsyncQueue.stop

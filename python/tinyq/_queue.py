@@ -161,7 +161,7 @@ class Queue(Schedules):
             raise RuntimeError("this Queue is already working")   # as AsyncQueue and Node
         try:
             options = dict(concurrency=concurrency, lease=lease, errors=errors, prefetch=prefetch)
-            return work_loop(self, {self.name: (handler, options)}, self._connector(path),
+            return work_loop(self, {self.name: (handler, options)}, path, self._connector(path),
                              worker=worker, poll=poll)[self.name]
         finally:
             self._working.release()

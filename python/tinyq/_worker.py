@@ -20,7 +20,7 @@ from ._protocol import (PROGRESS, STEP_GET, STEP_PUT, WAITER_JOIN_S, abandon, ch
                         renew_soon, renewed, result_outcome, schedule_renewal, settle_and_claim, stop_on_signals,
                         worker_name)
 from ._sql import _decode, _encode, _one, _rows
-from ._waiter import Waiter
+from . import _waiter
 from ._waits import (JOBS_OF, NOW, STEP_ROW, after_results, duration_ms, signal_steps, signal_wait, sleep_step,
                      sleep_until, wait_ids)
 
@@ -262,7 +262,7 @@ class _Pool:
         self.prefetch = prefetch
         self.lease_options = lease_options(lease)
         self.stopping = work.stopping
-        self.waiter = work.waiter
+        self.call = work
         self.fail = work.fail
         self.write_lock = work.write_lock      # one writer of this process at a time
         self.writes = Leader(self.write_lock)  # the handlers' steps and progress: group commit
@@ -411,7 +411,7 @@ class _Pool:
             seen = self.generation
             if not self.asleep:
                 self.asleep = True
-                self.waiter.sleep(self.name, self.woke)
+                self.call.waiter.sleep(self.name, self.woke, self.call)
             while self.generation == seen and not self.stopping.is_set():
                 self.wake.wait()
 
@@ -470,15 +470,16 @@ class _Work:
     """One work() call: the pools of its queues, their one waiter, stop and signals. A
     failure in any pool (or in the waiter) stops them all; work() raises the first."""
 
-    def __init__(self, owner: Any, connect: Callable[[], Any], worker: Optional[str], poll: float):
+    def __init__(self, owner: Any, path: str, connect: Callable[[], Any], worker: Optional[str], poll: float):
         self.owner = owner                     # has _stopping (an Event), _grace_ends, stop()
+        self.path, self.poll = path, poll
         self.connect = connect
         self.worker = worker_name(worker)
         self.stopping = owner._stopping
         self.write_lock = threading.Lock()
         self.failure: Optional[BaseException] = None
         self.failure_lock = threading.Lock()
-        self.waiter = Waiter(connect, poll, self.fail)
+        self.waiter: Any = None                # the process's for the file, while run() runs
         self.pools: List[_Pool] = []
 
     def fail(self, exc: BaseException) -> None:
@@ -490,6 +491,7 @@ class _Work:
             pool.wake_all()
 
     def run(self) -> Dict[str, int]:
+        self.waiter = _waiter.acquire(self, self.path, self.connect, self.poll, self.fail)
         restore_signals = stop_on_signals(self.owner.stop)
         interrupted = False
         try:
@@ -514,17 +516,18 @@ class _Work:
                 self.owner._grace_ends = None
         try:
             self.stopping.set()
-            self.waiter.close()
+            last = _waiter.release(self, self.waiter)
             for pool in self.pools:
                 pool.wake_all()
             for pool in self.pools:
                 pool.drain(pool.threads)   # claim nothing more; wait for the work in flight
                 if pool.heartbeat.is_alive():
                     pool.heartbeat.close()
-            # The waiter ends within a tq_wait_any slice and closes its connection: once
-            # work() returns, nothing of it holds the file. It keeps this call's (set) stop
-            # event, while the next work() gets a fresh one.
-            self.waiter.ended(WAITER_JOIN_S)
+            # The waiter, when this was the last work() on the file, ends within a
+            # tq_wait_any slice and closes its connection: once work() returns, nothing of
+            # it holds the file. The next work() gets a fresh stop event.
+            if last:
+                self.waiter.ended(WAITER_JOIN_S)
         finally:
             self.owner._stopping = threading.Event()
             self.owner._grace_ends = None
@@ -533,10 +536,10 @@ class _Work:
         return {pool.name: pool.handled for pool in self.pools}
 
 
-def work_loop(owner: Any, queues: Dict[str, Tuple[Callable[..., Any], Dict[str, Any]]],
+def work_loop(owner: Any, queues: Dict[str, Tuple[Callable[..., Any], Dict[str, Any]]], path: str,
               connect: Callable[[], Any], worker: Optional[str] = None, poll: float = 1.0) -> Dict[str, int]:
     """Serve `queues` (name -> (handler, its options: concurrency, lease, errors, prefetch))
-    until owner.stop(), SIGTERM or SIGINT; how many jobs each claimed."""
-    work = _Work(owner, connect, worker, poll)
+    of the file `path` until owner.stop(), SIGTERM or SIGINT; how many jobs each claimed."""
+    work = _Work(owner, path, connect, worker, poll)
     work.pools = [_Pool(work, name, handler, **opts) for name, (handler, opts) in queues.items()]
     return work.run()

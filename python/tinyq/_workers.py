@@ -43,7 +43,8 @@ class Worker:
         if not self._working.acquire(blocking=False):
             raise RuntimeError("this Worker is already working")
         try:
-            return work_loop(self, self.queues, self._base._connector(path), worker=self._worker, poll=self._poll)
+            return work_loop(self, self.queues, path, self._base._connector(path), worker=self._worker,
+                             poll=self._poll)
         finally:
             self._working.release()
 
