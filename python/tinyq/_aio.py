@@ -14,8 +14,9 @@ Every SQLite call runs on a thread of its own (one for the queue's methods, one 
 work()), never on the loop. Writes are group-committed (_group.py): the step puts,
 progress, settles, claim and renewals asked for while the work's thread commits the last
 group go to the store together, in one transaction, each handler resumed once its own
-write has committed. When the queue is empty, a third thread sleeps in tq_wait and wakes
-the loop.
+write has committed. When the queue is empty, the process's waiter thread for the file
+(_waiter.py) sleeps in tq_wait_any and wakes the loop. tinyq.AsyncWorker serves several
+queues in one work().
 """
 from __future__ import annotations
 
