@@ -65,18 +65,25 @@ def sleeping(pid):
         return f.read().rsplit(")", 1)[1].split()[0] == "S"
 
 
+def asleep_waiter(code, db_path):
+    """A process running `code` (a waiter that says it is ready, then waits), once it is
+    asleep inside its wait, past the settling that follows arming."""
+    waiter = subprocess.Popen([sys.executable, "-c", code, db_path, os.path.join(ROOT, "tests")],
+                              stdout=subprocess.PIPE, text=True)
+    assert json.loads(waiter.stdout.readline()) == {"ready": True}
+    while not sleeping(waiter.pid):
+        time.sleep(0.01)
+    time.sleep(0.3)                  # well inside the wait, past its settling
+    return waiter
+
+
 @pytest.mark.parametrize("journal", JOURNALS + ["wal, reset"])
 def test_an_add_from_another_process_ends_a_waiting_tq_wait(db_path, journal):
     """"wal, reset": a checkpoint empties the -wal while the waiter waits, and the add
     writes it again from its start."""
     conn = store(db_path, journal.split(",")[0])
-    waiter = subprocess.Popen([sys.executable, "-c", WAITER, db_path, os.path.join(ROOT, "tests")],
-                              stdout=subprocess.PIPE, text=True)
+    waiter = asleep_waiter(WAITER, db_path)
     try:
-        assert json.loads(waiter.stdout.readline()) == {"ready": True}
-        while not sleeping(waiter.pid):
-            time.sleep(0.01)
-        time.sleep(0.3)              # well inside tq_wait, past its settling
         if journal == "wal, reset":
             assert conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0] == 0   # not busy
             assert os.path.getsize(db_path + "-wal") == 0
@@ -252,13 +259,8 @@ print(json.dumps({"r": json.loads(one(conn, "SELECT tq_wait_any(?, '30s')", '["a
 
 def test_tq_wait_any_ends_at_an_add_to_one_of_its_queues_and_names_it(db_path):
     conn = store(db_path, "wal")
-    waiter = subprocess.Popen([sys.executable, "-c", WAITER_ANY, db_path, os.path.join(ROOT, "tests")],
-                              stdout=subprocess.PIPE, text=True)
+    waiter = asleep_waiter(WAITER_ANY, db_path)
     try:
-        assert json.loads(waiter.stdout.readline()) == {"ready": True}
-        while not sleeping(waiter.pid):
-            time.sleep(0.01)
-        time.sleep(0.3)              # well inside tq_wait_any, past its settling
         add(conn, "other", id="o1")  # a commit that leaves its queues as they were
         add(conn, "wake", id="w1")
         res = json.loads(waiter.stdout.readline())
