@@ -8,6 +8,7 @@ two ways: "separate", one `work()` call per queue (`Queue.work`, `AsyncQueue.wor
     /usr/bin/python3 bench/idle.py                   # full run (about four minutes)
     /usr/bin/python3 bench/idle.py --quick
     /usr/bin/python3 bench/idle.py --before main     # also the extension and helpers of that commit
+    /usr/bin/python3 bench/idle.py --kinds node --counts 20    # only those
 
 CPU: the worker process's CPU time (all its threads, getrusage / process.cpuUsage) over
 a fixed window once every work() is idle, as a share of one core. Latency: from just
@@ -174,6 +175,17 @@ def measure(build, kind, n, sizes, mode):
     return cpu, lat
 
 
+def command_line(argv):
+    """The run's options as the results say them: all but --out (where they went)."""
+    shown, skip = [], False
+    for arg in argv:
+        if skip or arg.startswith("--out"):
+            skip = arg == "--out"
+            continue
+        shown.append(" " + arg)
+    return "".join(shown)
+
+
 def p99(xs):
     return statistics.quantiles(xs, n=100, method="inclusive")[98]
 
@@ -184,6 +196,8 @@ def main():
     parser.add_argument("--before", help="also measure the extension and helpers of this commit")
     parser.add_argument("--out", default=os.path.join(RESULTS, "idle.md"))
     parser.add_argument("--child")
+    parser.add_argument("--kinds", default=",".join(KINDS), help="which helpers (comma-separated)")
+    parser.add_argument("--counts", help="how many idle queues (comma-separated; default 1,20,100)")
     args = parser.parse_args()
     if args.child:
         return child(json.loads(args.child))
@@ -194,18 +208,19 @@ def main():
         builds.insert(0, ("%s (before)" % args.before, build_before(args.before)))
     rows = []
     load_before = os.getloadavg()[0]
-    for kind in KINDS:
-        for n in sizes["counts"]:
+    counts = [int(c) for c in args.counts.split(",")] if args.counts else sizes["counts"]
+    for kind in args.kinds.split(","):
+        for n in counts:
             for name, build in builds:
                 for mode in MODES if name == "now" else MODES[:1]:
                     log("%s, %d idle queues, %s, %s" % (kind, n, name, mode))
                     cpu, lat = measure(build, kind, n, sizes, mode)
                     rows.append((kind, n, name, mode, cpu, statistics.median(lat), p99(lat)))
     lines = ["# Idle workers: CPU and wake-up latency", "",
-             "`/usr/bin/python3 bench/idle.py%s%s` on %s, %d cores, %s, load average %.1f at the start and %.1f at the end (other work "
+             "`/usr/bin/python3 bench/idle.py%s` on %s, %d cores, %s, load average %.1f at the start and %.1f at the end (other work "
              "on the machine inflates the latencies). CPU over %.0f s once idle; latency over %d adds "
              "from another process (add to handler start)." % (
-                 " --quick" if args.quick else "", " --before " + args.before if args.before else "",
+                 command_line(sys.argv[1:]),
                  platform.platform(), os.cpu_count(), time.strftime("%Y-%m-%d"), load_before, os.getloadavg()[0],
                  sizes["window"], sizes["adds"]),
              "", "| helper | idle queues | build | work() calls | CPU (% of a core) | latency median (ms) | p99 (ms) |",

@@ -478,3 +478,22 @@ test('a Worker over 20 idle queues has one waiter thread for them all (issue 29)
   assert.ok(counted[20].tasks - counted[1].tasks < 5, JSON.stringify(counted));
   assert.deepEqual(wakeups.threads().filter((t) => t.file === file), []); // ended with the last work()
 });
+
+test('a Worker refuses bad queues by name, and one stop() ends every queue (issue 29)', async () => {
+  const file = tempDb();
+  assert.throws(() => new tinyq.Worker(file, {}), /queues must be a non-empty object/);
+  assert.throws(() => new tinyq.Worker(file, { emails: [() => {}, { concurency: 2 }] }), /queue 'emails': unknown option 'concurency'/);
+  assert.throws(() => new tinyq.Worker(file, { emails: 'send' }), /queue 'emails': expected a handler/);
+  const ran = [];
+  const worker = new tinyq.Worker(file, { a: (p) => { ran.push(['a', p.n]); }, b: [(p) => { ran.push(['b', p.n]); }, { concurrency: 2 }] });
+  const adder = new tinyq.Queue(file, 'a');
+  const working = worker.work();
+  assert.throws(() => worker.work(), /already working/);
+  adder.add({ n: 1 });
+  new tinyq.Queue(adder.db, 'b').add({ n: 2 });
+  await until(() => ran.length === 2);
+  assert.deepEqual(await worker.stop(), { a: 1, b: 1 });
+  assert.deepEqual(await working, { a: 1, b: 1 });
+  worker.close();
+  adder.close();
+});
