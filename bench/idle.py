@@ -1,11 +1,14 @@
 #!/usr/bin/python3
-"""What idle workers cost, and how soon an add wakes them: 1, 20 and 100 idle `work()`
-calls in one process (Python threads `Queue.work`, asyncio `AsyncQueue.work`, Node
-`Queue.work`), each on a queue of its own, with the helpers' default settings.
+"""What idle workers cost, and how soon an add wakes them: 1, 20 and 100 idle queues in
+one process (Python threads, asyncio, Node), with the helpers' default settings, served
+two ways: "separate", one `work()` call per queue (`Queue.work`, `AsyncQueue.work`, Node
+`Queue.work`), and "one work()", one call for all of them (`tinyq.Worker`,
+`tinyq.AsyncWorker`, Node `Worker`; not in builds before it existed).
 
     /usr/bin/python3 bench/idle.py                   # full run (about four minutes)
     /usr/bin/python3 bench/idle.py --quick
     /usr/bin/python3 bench/idle.py --before main     # also the extension and helpers of that commit
+    /usr/bin/python3 bench/idle.py --kinds node --counts 20    # only those
 
 CPU: the worker process's CPU time (all its threads, getrusage / process.cpuUsage) over
 a fixed window once every work() is idle, as a share of one core. Latency: from just
@@ -39,6 +42,7 @@ SIZES = {
     "full": dict(window=5.0, adds=200, counts=(1, 20, 100)),
 }
 KINDS = ("threads", "asyncio", "node")
+MODES = ("separate", "one work()")
 
 
 def log(msg, started=[time.monotonic()]):
@@ -92,7 +96,15 @@ def child(spec):
         time.sleep(spec["window"])
         print(json.dumps({"cpu": (cpu() - c0) / (time.monotonic() - t0)}), flush=True)
 
-    if spec["kind"] == "threads":
+    if spec["kind"] == "threads" and spec["mode"] == "one":
+        worker = tinyq.Worker(spec["path"], {name: lambda p, run: started(p) for name in queues})
+        thread = threading.Thread(target=worker.work)
+        thread.start()
+        measure()
+        done.wait()
+        worker.stop()
+        thread.join()
+    elif spec["kind"] == "threads":
         qs = [tinyq.Queue(spec["path"], name) for name in queues]
         threads = [threading.Thread(target=q.work, args=(lambda p, run: started(p),)) for q in qs]
         for t in threads:
@@ -112,7 +124,10 @@ def child(spec):
             async def handler(payload, run):
                 started(payload)
 
-            works = [asyncio.ensure_future(q.work(handler)) for q in qs]
+            if spec["mode"] == "one":
+                qs = [tinyq.AsyncWorker(spec["path"], {name: handler for name in queues})]
+            works = [asyncio.ensure_future(q.work()) if spec["mode"] == "one" else
+                     asyncio.ensure_future(q.work(handler)) for q in qs]
             await asyncio.get_running_loop().run_in_executor(None, measure)
             await asyncio.get_running_loop().run_in_executor(None, done.wait)
             for q in qs:
@@ -125,7 +140,7 @@ def child(spec):
 
 # --------------------------------------------------------------------------- one measurement
 
-def measure(build, kind, n, sizes):
+def measure(build, kind, n, sizes, mode):
     """(CPU share of one core, latencies in ms) for n idle work() calls of `kind` with
     `build`'s extension and helpers."""
     with tempfile.TemporaryDirectory() as tmp:
@@ -138,7 +153,7 @@ def measure(build, kind, n, sizes):
         conn.execute("PRAGMA journal_mode=WAL")
         conn.execute("PRAGMA busy_timeout=5000")
         conn.execute("SELECT tq_add('other', '{}')")   # the store exists before the workers start
-        spec = dict(kind=kind, n=n, path=path, window=sizes["window"], adds=sizes["adds"],
+        spec = dict(kind=kind, n=n, mode=mode, path=path, window=sizes["window"], adds=sizes["adds"],
                     python=build["python"], node=build["node"])
         env = dict(os.environ, TINYQ_EXT=private[:-3])
         if kind == "node":
@@ -160,6 +175,17 @@ def measure(build, kind, n, sizes):
     return cpu, lat
 
 
+def command_line(argv):
+    """The run's options as the results say them: all but --out (where they went)."""
+    shown, skip = [], False
+    for arg in argv:
+        if skip or arg.startswith("--out"):
+            skip = arg == "--out"
+            continue
+        shown.append(" " + arg)
+    return "".join(shown)
+
+
 def p99(xs):
     return statistics.quantiles(xs, n=100, method="inclusive")[98]
 
@@ -170,6 +196,8 @@ def main():
     parser.add_argument("--before", help="also measure the extension and helpers of this commit")
     parser.add_argument("--out", default=os.path.join(RESULTS, "idle.md"))
     parser.add_argument("--child")
+    parser.add_argument("--kinds", default=",".join(KINDS), help="which helpers (comma-separated)")
+    parser.add_argument("--counts", help="how many idle queues (comma-separated; default 1,20,100)")
     args = parser.parse_args()
     if args.child:
         return child(json.loads(args.child))
@@ -179,22 +207,26 @@ def main():
     if args.before:
         builds.insert(0, ("%s (before)" % args.before, build_before(args.before)))
     rows = []
-    for kind in KINDS:
-        for n in sizes["counts"]:
+    load_before = os.getloadavg()[0]
+    counts = [int(c) for c in args.counts.split(",")] if args.counts else sizes["counts"]
+    for kind in args.kinds.split(","):
+        for n in counts:
             for name, build in builds:
-                log("%s, %d idle queues, %s" % (kind, n, name))
-                cpu, lat = measure(build, kind, n, sizes)
-                rows.append((kind, n, name, cpu, statistics.median(lat), p99(lat)))
+                for mode in MODES if name == "now" else MODES[:1]:
+                    log("%s, %d idle queues, %s, %s" % (kind, n, name, mode))
+                    cpu, lat = measure(build, kind, n, sizes, mode)
+                    rows.append((kind, n, name, mode, cpu, statistics.median(lat), p99(lat)))
     lines = ["# Idle workers: CPU and wake-up latency", "",
-             "`/usr/bin/python3 bench/idle.py%s%s` on %s, %d cores, %s, load average %.1f at the end (other work "
+             "`/usr/bin/python3 bench/idle.py%s` on %s, %d cores, %s, load average %.1f at the start and %.1f at the end (other work "
              "on the machine inflates the latencies). CPU over %.0f s once idle; latency over %d adds "
              "from another process (add to handler start)." % (
-                 " --quick" if args.quick else "", " --before " + args.before if args.before else "",
-                 platform.platform(), os.cpu_count(), time.strftime("%Y-%m-%d"), os.getloadavg()[0],
+                 command_line(sys.argv[1:]),
+                 platform.platform(), os.cpu_count(), time.strftime("%Y-%m-%d"), load_before, os.getloadavg()[0],
                  sizes["window"], sizes["adds"]),
-             "", "| helper | idle queues | build | CPU (% of a core) | latency median (ms) | p99 (ms) |",
-             "|---|---:|---|---:|---:|---:|"]
-    lines += ["| %s | %d | %s | %.1f | %.2f | %.2f |" % (k, n, name, 100 * cpu, med, p) for k, n, name, cpu, med, p in rows]
+             "", "| helper | idle queues | build | work() calls | CPU (% of a core) | latency median (ms) | p99 (ms) |",
+             "|---|---:|---|---|---:|---:|---:|"]
+    lines += ["| %s | %d | %s | %s | %.1f | %.2f | %.2f |" % (row[:4] + (100 * row[4], row[5], row[6]))
+              for row in rows]
     text = "\n".join(lines) + "\n"
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
     with open(args.out, "w") as f:

@@ -172,7 +172,8 @@ export interface WorkOptions {
   worker?: string;
   /** Lease length of this worker's claims (the queue's). */
   lease?: Duration;
-  /** Longest sleep between claims when idle, in ms (1000). */
+  /** When the waiter meets a busy store: how long before the idle workers claim anyway, in
+   * ms (1000). Idle, a worker claims only once tq_wait_any says a job may be claimable. */
   poll?: number;
   /** SIGTERM and SIGINT call stop() (false). */
   handleSignals?: boolean;
@@ -243,6 +244,22 @@ export class Run {
 export type Handler<P = any, R = unknown> = (payload: P, run: Run) => R | Promise<R>;
 
 /** One named queue in one SQLite file; D: the type of its Database. */
+/** The options of one queue of a Worker: those of WorkOptions that belong to one queue. */
+export type QueueWorkOptions = Pick<WorkOptions, 'concurrency' | 'lease' | 'errors' | 'prefetch'>;
+
+/** One work() for several queues of one file: name -> handler, or [handler, options]. */
+export type WorkerQueues = Record<string, Handler<any, unknown> | [Handler<any, unknown>, QueueWorkOptions]>;
+
+/** Serves several queues in one work(), one waiter thread for the file, one stop() for all. */
+export class Worker<D extends SqliteDatabase = SqliteDatabase> {
+  constructor(dbOrPath: string | D, queues: WorkerQueues,
+    options?: Omit<WorkOptions, keyof QueueWorkOptions> & { driver?: DriverName });
+  /** Resolves with how many jobs each queue handled, once stopped and settled. */
+  work(): Promise<Record<string, number>>;
+  stop(options?: StopOptions): Promise<Record<string, number> | 0>;
+  close(): void;
+}
+
 export class Queue<P = any, D extends SqliteDatabase = SqliteDatabase> {
   /** A path (the Queue opens its own Database, with `options.driver`) or a Database with tinyq
    * loaded: better-sqlite3, node:sqlite's DatabaseSync or bun:sqlite's. */

@@ -207,4 +207,87 @@ class Queue {
   }
 }
 
-module.exports = { load, open, extensionPath, Queue, Run, Outcome, Cancelled };
+// -- several queues in one work() ---------------------------------------------------------
+
+const QUEUE_OPTIONS = ['concurrency', 'lease', 'errors', 'prefetch'];
+
+/** Serves several queues of one SQLite file in one work():
+ *
+ *   const worker = new tinyq.Worker('app.db', {
+ *     emails: send,                                        // concurrency 1
+ *     pdfs: [render, { concurrency: 4, lease: '5m' }],
+ *   }, { handleSignals: true });
+ *   await worker.work();   // until worker.stop(), SIGTERM or SIGINT
+ *
+ * `queues`: queue name -> handler, or [handler, options], the options those of Queue.work
+ * that belong to one queue (concurrency, lease, errors, prefetch); `opts` are the call's
+ * (worker, poll, handleSignals, driver). Each queue keeps its own loop, concurrency, lease
+ * and limits; the process's one waiter thread for the file wakes them all; one stop() or
+ * signal ends them all, and a failure in one stops the others and rejects work(). */
+class Worker {
+  constructor(dbOrPath, queues, opts = {}) {
+    if (queues === null || typeof queues !== 'object' || Array.isArray(queues) || Object.keys(queues).length === 0) {
+      throw new Error('Worker: queues must be a non-empty object of queue name -> handler or [handler, options]');
+    }
+    this.specs = Object.entries(queues).map(([name, spec]) => {
+      const [handler, options = {}] = Array.isArray(spec) ? spec : [spec];
+      if (typeof handler !== 'function' || options === null || typeof options !== 'object') {
+        throw new TypeError(`Worker: queue '${name}': expected a handler or [handler, options], not ${String(spec)}`);
+      }
+      const unknown = Object.keys(options).find((key) => !QUEUE_OPTIONS.includes(key));
+      if (unknown !== undefined) {
+        throw new Error(`Worker: queue '${name}': unknown option '${unknown}' (one of ${QUEUE_OPTIONS.join(', ')})`);
+      }
+      return { name, handler, options };
+    });
+    this.opts = opts;
+    this._ownsDb = typeof dbOrPath === 'string';
+    this.db = this._ownsDb ? open(dbOrPath, { driver: opts.driver }) : dbOrPath;
+    this.path = this._ownsDb ? dbOrPath : null;
+    // the queues share the Worker's Database (each work() opens its own connections)
+    this.queues = this.specs.map(({ name }) => new Queue(this.db, name));
+    this._working = null;
+  }
+
+  /** Resolves, with how many jobs each queue handled ({ name: count }), once stopped and
+   * every job in flight has finished and settled; rejects with the first failure. */
+  work() {
+    if (this._working) throw new Error('this Worker is already working');
+    const { handleSignals, ...shared } = this.opts;
+    let failure = null;
+    const works = this.specs.map(({ handler, options }, i) => this.queues[i].work(handler, { ...shared, ...options })
+      .catch((err) => {
+        failure = failure || err;
+        for (const q of this.queues) q.stop();
+        return 0;
+      }));
+    const onSignal = () => this.stop();
+    if (handleSignals) {
+      process.once('SIGTERM', onSignal);
+      process.once('SIGINT', onSignal);
+    }
+    this._working = Promise.all(works).then((counts) => {
+      if (failure) throw failure;
+      return Object.fromEntries(this.specs.map(({ name }, i) => [name, counts[i]]));
+    }).finally(() => {
+      process.removeListener('SIGTERM', onSignal);
+      process.removeListener('SIGINT', onSignal);
+      this._working = null;
+    });
+    return this._working;
+  }
+
+  /** stop() for every queue (as Queue.stop: `timeout`, its grace in ms); resolves once all
+   * have finished (at once, with 0, from inside one of their handlers). */
+  stop(opts = {}) {
+    for (const q of this.queues) q.stop(opts).catch(() => {}); // work() rejects with a failure
+    if (this.queues.some((q) => inHandlerOf.getStore() === q)) return Promise.resolve(0);
+    return this._working || Promise.resolve(0);
+  }
+
+  close() {
+    if (this._ownsDb) close(this.db);
+  }
+}
+
+module.exports = { load, open, extensionPath, Queue, Worker, Run, Outcome, Cancelled };

@@ -1,5 +1,5 @@
 // `import { Queue } from 'tinyq'` from ESM: the same module as require('tinyq').
 import tinyq from './index.js';
 
-export const { load, open, extensionPath, Queue, Run, Outcome, Cancelled } = tinyq;
+export const { load, open, extensionPath, Queue, Worker, Run, Outcome, Cancelled } = tinyq;
 export default tinyq;

@@ -1,47 +1,76 @@
 'use strict';
-// The idle wake-up of tinyq's Node worker, on a worker_thread with its own connection: each
-// 'arm' message starts a tq_wait (blocking this thread, never the main event loop), and a
-// 'woke' message goes back as soon as a job may be claimable, or when `poll` ms have passed.
-const { parentPort, workerData } = require('worker_threads');
+// The idle wake-up of tinyq's Node workers, on one worker_thread per database file of the
+// process (wakeups.js), with its own connection: it sleeps in tq_wait_any for every queue
+// whose worker is idle (blocking this thread, never the main event loop), and posts
+// { ready: [queues] } as soon as a job of those may be claimable. The main thread sends
+// { sleep: queue } through `port`, read synchronously between tq_wait_any calls
+// (receiveMessageOnPort), and bumps `signal[0]` (Atomics.notify) to wake a waiter with
+// nothing to wait for; `signal[1]` is 1 once it closes.
+const { receiveMessageOnPort, workerData } = require('worker_threads');
 const { adapterOf, openWith } = require('./drivers.js');
 const { close, exec, one } = require('./sql.js');
 
-// How often the waiter looks at stop(); tq_wait itself sleeps until the store is written.
+// How often the waiter looks at new sleepers and at close; tq_wait_any itself sleeps until
+// the store is written. A queue that falls idle while a call runs is not in its list until
+// the next call (whose first look sees what came meanwhile): after a wake-up, or while
+// queues keep falling idle, the calls are short, so that a worker whose handler just ended
+// waits little for its next job.
 const SLICE = 250;
+const SHORT_SLICE = 10;
+const BUSY_FOR = 200; // ms of short calls after the last wake-up or new sleeper
 
-// Set by the worker when it stops: checked between slices, so stop() need not wait out a
-// poll, and before the connection opens, so a worker that stopped at once opens nothing.
-const stopped = () => Atomics.load(workerData.stop, 0) === 1;
+const { port, signal, poll } = workerData;
+const closed = () => Atomics.load(signal, 1) === 1;
 
 let db = null;
-let wait = null;
-if (!stopped()) {
+if (!closed()) {
   db = openWith(workerData.driver, workerData.file);
   adapterOf(db).load(db, workerData.extension);
   exec(db, 'PRAGMA busy_timeout = 5000');
-  wait = (queue, ms) => one(db, 'SELECT tq_wait(?, ?)', queue, ms);
 }
 
-function waitUpTo(ms) {
-  const end = Date.now() + ms;
-  for (;;) {
-    if (stopped()) return;
-    const left = end - Date.now();
-    try {
-      if (wait(workerData.queue, Math.ceil(Math.max(1, Math.min(left, SLICE)))) === 1) return;
-    } catch (err) {
-      if (!/locked|busy/i.test(err.message)) throw err;
+const sleeping = new Set();
+let busyUntil = 0;
+
+/** Takes the messages sent since the last look; false once closed. */
+function take() {
+  for (let m = receiveMessageOnPort(port); m !== undefined; m = receiveMessageOnPort(port)) {
+    if (m.message.sleep !== undefined) {
+      if (sleeping.size > 0) busyUntil = Date.now() + BUSY_FOR;
+      sleeping.add(m.message.sleep);
     }
-    if (left <= SLICE) return;
+  }
+  return !closed();
+}
+
+function waitAny(ms) {
+  try {
+    return JSON.parse(one(db, 'SELECT tq_wait_any(?, ?)', JSON.stringify([...sleeping]), ms));
+  } catch (err) {
+    if (!/locked|busy/i.test(err.message)) throw err;
+    Atomics.wait(signal, 0, Atomics.load(signal, 0), poll); // a busy store: every queue claims after `poll`
+    return [...sleeping];
   }
 }
 
-parentPort.on('message', (message) => {
-  if (message.close) {
-    if (db) close(db);
-    parentPort.close();
-    return;
+if (db) {
+  try {
+    while (take()) {
+      if (sleeping.size === 0) {
+        const seen = Atomics.load(signal, 0);
+        if (!take()) break;
+        if (sleeping.size === 0) Atomics.wait(signal, 0, seen); // until a sleeper or close
+        continue;
+      }
+      const ready = waitAny(Date.now() < busyUntil ? SHORT_SLICE : SLICE);
+      if (ready.length > 0) {
+        for (const queue of ready) sleeping.delete(queue);
+        busyUntil = Date.now() + BUSY_FOR;
+        port.postMessage({ ready });
+      }
+    }
+  } finally {
+    close(db);
   }
-  if (db) waitUpTo(message.poll);
-  parentPort.postMessage('woke');
-});
+}
+port.close();

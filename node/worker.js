@@ -1,21 +1,22 @@
 'use strict';
 // The loop behind Queue.work: claims and settles in one transaction, runs up to
 // `concurrency` handlers at once, renews their leases in one statement (the heartbeat), and
-// sleeps in tq_wait on a worker_thread (waiter.js) when idle.
+// sleeps in tq_wait_any on the process's waiter thread for its file (wakeups.js) when idle.
 const os = require('os');
-const path = require('path');
 const util = require('util');
 const { AsyncLocalStorage } = require('async_hooks');
-const { close, decode, encode, errorText, extensionPath, fileOf, isBusy, one, open, options, rows, transaction } = require('./sql.js');
+const { close, decode, encode, errorText, fileOf, isBusy, one, open, options, rows, transaction } = require('./sql.js');
 const { adapterOf } = require('./drivers.js');
 const { GroupCommit } = require('./group.js');
 const { Outcome, Run } = require('./run.js');
+const wakeups = require('./wakeups.js');
 
 // -- the worker loop -------------------------------------------------------------------
 
-// An idle worker sleeps in tq_wait on a worker_thread of its own (waiter.js), which posts a
-// message when a job may be claimable: better-sqlite3 is synchronous, so tq_wait on the main
-// thread would freeze the event loop. The loop also claims every `poll` ms whatever happens.
+// An idle worker sleeps in tq_wait_any on a worker_thread (waiter.js, one per file of the
+// process, shared by every work(): wakeups.js), which posts a message when a job of its queue
+// may be claimable: better-sqlite3 is synchronous, so tq_wait on the main thread would freeze
+// the event loop. No claim meanwhile: tq_wait_any wakes for the due times too.
 
 /** The claim statement: with the job's meta when this build's tq_claim has its hidden
  * `meta` column (store schema 3 and later), NULL in its place before. */
@@ -25,56 +26,6 @@ function claimStatement(db, claimOpts) {
     + ` FROM tq_claim(?, ?, ?${claimOpts === null ? ')' : ', ?)'}`;
 }
 
-/** The waiter thread, and `arm()`: wake me (the promise resolves) when a job may be claimable. */
-function startWaiter(file, queueName, driver) {
-  const { Worker } = require('worker_threads');
-  const stop = new Int32Array(new SharedArrayBuffer(4)); // 1: the worker stopped (waiter.js)
-  const worker = new Worker(path.join(__dirname, 'waiter.js'), {
-    workerData: { file, queue: queueName, extension: extensionPath(), driver, stop },
-  });
-  worker.unref(); // never what keeps a process alive
-  let waiting = false; // a tq_wait is under way
-  const resolvers = [];
-  worker.on('message', () => {
-    waiting = false;
-    for (const resolve of resolvers.splice(0)) resolve();
-  });
-  let dead = false; // the thread failed or exited: wake-ups fall back to timers
-  let exited;
-  const exit = new Promise((resolve) => { exited = resolve; });
-  const died = () => {
-    dead = true;
-    exited();
-    for (const resolve of resolvers.splice(0)) resolve();
-  };
-  worker.on('error', (err) => {
-    console.warn(`tinyq: the wake-up thread failed: ${err.message}`);
-    died();
-  });
-  worker.on('exit', died);
-  return {
-    /** Resolves when the waiter's tq_wait returns (after `poll` ms at most). */
-    arm(poll) {
-      if (dead) return new Promise((resolve) => setTimeout(resolve, poll).unref());
-      if (!waiting) {
-        waiting = true;
-        worker.postMessage({ poll });
-      }
-      return new Promise((resolve) => resolvers.push(resolve));
-    },
-    /** Stops the thread; resolves once it has closed its connection (CLOSE_MS at most), so
-     * nothing of the worker touches the database after work() returns. */
-    async close() {
-      Atomics.store(stop, 0, 1);
-      worker.postMessage({ close: true });
-      let timer;
-      await Promise.race([exit, new Promise((resolve) => { timer = setTimeout(resolve, CLOSE_MS); })]);
-      clearTimeout(timer);
-    },
-  };
-}
-
-const CLOSE_MS = 2000; // the longest work() waits for its wake-up thread to end
 const AUTO_AHEAD = 7; // what prefetch 'auto' claims ahead, while handlers are fast
 const FAST_MS = 1; // ... that is, while they took under 1 ms (a moving average)
 const FLUSH_MS = 20; // a settle waits at most this long for the next claim
@@ -143,17 +94,19 @@ async function workLoop(queue, handler, opts) {
   const db = open(file, { driver }); // the worker's own connection: never inside the caller's transaction
   const claimSql = claimStatement(db, claimOpts);
   const writes = new GroupCommit(db); // the step puts, settles and claims of one turn: one commit
-  const waiter = startWaiter(file, queue.name, driver);
+  const waiter = wakeups.acquire(file, driver, poll);
   const inflight = new Set();
   const running = new Set(); // the runs whose handler is running (for stop()'s grace)
   const heartbeat = startHeartbeat(db, opts.lease ?? null);
   let handled = 0;
   let wake = null; // ends the current nap: a handler finished, stop(), or the waiter
   queue._wake = () => wake && wake();
+  // A nap ends after `ms` (null: only when woken), or when a handler finishes, stop(), an
+  // add on this Queue, or (idle) the waiter's tq_wait_any names this queue.
   const nap = (ms, idle) => new Promise((resolve) => {
-    const timer = setTimeout(() => { wake = null; resolve(); }, ms);
+    const timer = ms === null ? null : setTimeout(() => { wake = null; resolve(); }, ms);
     wake = () => { clearTimeout(timer); wake = null; resolve(); };
-    if (idle) waiter.arm(ms).then(() => wake && wake());
+    if (idle) waiter.sleep(queue.name).then(() => wake && wake());
   });
 
   const onSignal = () => queue.stop();
@@ -201,7 +154,7 @@ async function workLoop(queue, handler, opts) {
       }
       while (inflight.size < concurrency && ahead.length > 0) start(ahead.shift());
       // idle places: sleep in the waiter's tq_wait (unless stop() came while the claim committed)
-      if (runs.length < want && inflight.size < concurrency && !queue._stopping) await nap(poll, true);
+      if (runs.length < want && inflight.size < concurrency && !queue._stopping) await nap(null, true);
     }
   } finally {
     process.removeListener('SIGTERM', onSignal);
@@ -224,7 +177,7 @@ async function workLoop(queue, handler, opts) {
     } finally { // a last settle that fails still stops the heartbeat and the waiter
       heartbeat.close();
       close(db);
-      await waiter.close();
+      await waiter.release();
     }
   }
   return handled;

@@ -71,6 +71,7 @@ const SCALARS: &[(&str, c_int, c_int, sqlite::Body)] = &[
     ("tq_step_put", -1, DIRECT_ONLY, steps::tq_step_put),
     ("tq_progress", -1, DIRECT_ONLY, steps::tq_progress),
     ("tq_wait", -1, DIRECT_ONLY, wait::tq_wait),
+    ("tq_wait_any", -1, DIRECT_ONLY, wait::tq_wait_any),
     ("tq_schedule", -1, DIRECT_ONLY, schedule::tq_schedule),
     ("tq_schedule_get", -1, INNOCUOUS, schedule::tq_schedule_get),
     ("tq_unschedule", -1, DIRECT_ONLY, schedule::tq_unschedule),

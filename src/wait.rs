@@ -75,23 +75,51 @@ fn next_due(conn: &Conn, queue: &str, now: i64) -> Result<Option<i64>> {
     Ok([clock, rate_frees, schedule::next_at(conn, queue)?, bound, timeout].into_iter().flatten().min())
 }
 
-/// The store as a waiter finds it: None when a job of `queue` may be claimable now, else
-/// when to wake by the clock alone (system ms, `end` at the latest).
-fn look(conn: &Conn, queue: &str, end: i64) -> Result<Option<i64>> {
+/// A queue with no job in line, scheduled, running or waiting for a signal (with its
+/// timeout), and no live schedule: no job of it is claimable, and none becomes so by the
+/// clock alone (rate and group windows, leases, bounds and timeouts all need such a job);
+/// only a commit can change that, and the waiter looks again after each. Four index seeks:
+/// a waiter of many queues looks at the idle ones at little cost.
+fn quiet(conn: &Conn, queue: &str) -> Result<bool> {
+    let busy = conn.one_int(
+        "SELECT EXISTS (SELECT 1 FROM tinyq_jobs WHERE queue = ?1 AND status = 'queued')
+             OR EXISTS (SELECT 1 FROM tinyq_jobs WHERE queue = ?1 AND status = 'scheduled')
+             OR EXISTS (SELECT 1 FROM tinyq_jobs WHERE queue = ?1 AND status = 'running')
+             OR EXISTS (SELECT 1 FROM tinyq_jobs WHERE queue = ?1 AND signal IS NOT NULL)
+             OR EXISTS (SELECT 1 FROM tinyq_schedules WHERE queue = ?1 AND paused = 0)",
+        &[&queue],
+    )?;
+    Ok(busy == Some(0))
+}
+
+/// The store as a waiter finds it: the queues of `queues` of which a job may be claimable
+/// now (empty: none), and else when to wake by the clock alone (system ms, `end` at the
+/// latest).
+fn look(conn: &Conn, queues: &[String], end: i64) -> Result<(Vec<String>, i64)> {
     if !store::exists(conn)? {
-        return Ok(Some(end));
+        return Ok((Vec::new(), end));
     }
     let now = conn.now();
-    if claimable(conn, queue, now)? {
-        return Ok(None);
+    let mut ready = Vec::new();
+    let mut due_at: Option<i64> = None;
+    for queue in queues {
+        if quiet(conn, queue)? {
+            continue;
+        }
+        if claimable(conn, queue, now)? {
+            ready.push(queue.clone());
+            continue;
+        }
+        match next_due(conn, queue, now)? {
+            Some(due) if due <= now => ready.push(queue.clone()),
+            Some(due) => due_at = Some(due_at.map_or(due, |d| d.min(due))),
+            None => {}
+        }
     }
-    match next_due(conn, queue, now)? {
-        Some(due) if due <= now => Ok(None),
-        // `due` is on tinyq's clock (maybe pinned); the wait runs on the system clock.
-        // Read both together so the wake is never early.
-        Some(due) => Ok(Some(end.min(due - (conn.now() - time::system_ms()) + 1))),
-        None => Ok(Some(end)),
-    }
+    // `due` is on tinyq's clock (maybe pinned); the wait runs on the system clock. Read
+    // both together so the wake is never early.
+    let wake_at = due_at.map_or(end, |due| end.min(due - (conn.now() - time::system_ms()) + 1));
+    Ok((ready, wake_at))
 }
 
 /// tq_wait(queue, timeout) -> 1 when a job may be claimable, 0 when the timeout passed.
@@ -100,7 +128,50 @@ pub fn tq_wait(conn: &Conn, args: &[Val]) -> Result<Out> {
         bail!("expects (queue, timeout)");
     }
     let queue = options::name("queue", &args[0])?;
-    let timeout = time::parse_duration(&args[1]).map_err(|e| Error::bad(format!("timeout: {e}")))?;
+    let ready = wait(conn, &[queue], &args[1])?;
+    Ok(Out::Int(i64::from(!ready.is_empty())))
+}
+
+/// The most queues one tq_wait_any may wait for.
+const MAX_QUEUES: usize = 1000;
+
+/// tq_wait_any(queues, timeout) -> the JSON array of the queues (of the JSON array
+/// `queues`) of which a job may be claimable, '[]' when the timeout passed: one waiter for
+/// a worker that serves several queues.
+pub fn tq_wait_any(conn: &Conn, args: &[Val]) -> Result<Out> {
+    if args.len() != 2 {
+        bail!("expects (queues, timeout)");
+    }
+    let queues = queue_list(&args[0])?;
+    let ready = wait(conn, &queues, &args[1])?;
+    Ok(Out::Text(serde_json::to_string(&ready).map_err(|e| Error::bad(e.to_string()))?))
+}
+
+/// tq_wait_any's queues: a JSON array of 1 to MAX_QUEUES queue names.
+fn queue_list(v: &Val) -> Result<Vec<String>> {
+    let text = match v {
+        Val::Text(s) => s,
+        other => bail!("queues must be a JSON array of queue names like [\"emails\", \"pdfs\"], not {}", other.kind()),
+    };
+    let Ok(items) = serde_json::from_str::<Vec<serde_json::Value>>(text) else {
+        bail!("queues must be a JSON array of queue names like [\"emails\", \"pdfs\"], not {}", options::quote(text));
+    };
+    if items.is_empty() || items.len() > MAX_QUEUES {
+        bail!("queues must hold from 1 to {MAX_QUEUES} names, not {}", items.len());
+    }
+    items
+        .into_iter()
+        .map(|item| match item {
+            serde_json::Value::String(s) => options::name("queue", &Val::Text(s)),
+            other => bail!("queues must hold queue names (text), not {other}"),
+        })
+        .collect()
+}
+
+/// Waits until a job of one of `queues` may be claimable (those queues) or `timeout` passes
+/// (none).
+fn wait(conn: &Conn, queues: &[String], timeout: &Val) -> Result<Vec<String>> {
+    let timeout = time::parse_duration(timeout).map_err(|e| Error::bad(format!("timeout: {e}")))?;
     if timeout > MAX_WAIT_MS {
         bail!("timeout must be at most 1h, not {timeout}ms");
     }
@@ -113,9 +184,10 @@ pub fn tq_wait(conn: &Conn, args: &[Val]) -> Result<Out> {
     let end = time::system_ms() + timeout;
     let version = |c: &Conn| c.one_int("PRAGMA data_version", &[]);
     let mut seen = version(conn)?;
-    let Some(mut wake_at) = look(conn, &queue, end)? else {
-        return Ok(Out::Int(1));
-    };
+    let (ready, mut wake_at) = look(conn, queues, end)?;
+    if !ready.is_empty() {
+        return Ok(ready);
+    }
     let mut watch = Watch::arm(conn);
     // Files written just now: maybe by a commit not yet published when `seen` was read.
     let mut settle_until = watch.as_ref().map_or(0, |w| w.written_at + SETTLE_MS);
@@ -123,17 +195,25 @@ pub fn tq_wait(conn: &Conn, args: &[Val]) -> Result<Out> {
         let wall = time::system_ms();
         let now_seen = version(conn)?;
         if now_seen != seen {
-            // Another connection committed: wake if that made a job of this queue claimable,
-            // not for every commit (every waiter of the store would then try a claim).
+            // Another connection committed: wake if that made a job of these queues
+            // claimable, not for every commit (every waiter of the store would then try a
+            // claim).
             seen = now_seen;
             settle_until = 0; // the commit the event was for is published
-            match look(conn, &queue, end)? {
-                Some(at) => wake_at = at,
-                None => return Ok(Out::Int(1)),
+            let ready;
+            (ready, wake_at) = look(conn, queues, end)?;
+            if !ready.is_empty() {
+                return Ok(ready);
             }
         }
         if wall >= wake_at {
-            return Ok(Out::Int(i64::from(wall < end)));
+            if wall >= end {
+                return Ok(Vec::new());
+            }
+            // A due time came: the queues it was for (every one if the look cannot tell: a
+            // hint, as ever).
+            let (ready, _) = look(conn, queues, end)?;
+            return Ok(if ready.is_empty() { queues.to_vec() } else { ready });
         }
         match watch.as_mut() {
             Some(w) if wall >= settle_until => {

@@ -33,8 +33,31 @@ def start_worker(helper, db_path, log, index):
     return proc
 
 
-def counts(conn):
-    return dict(conn.execute("SELECT state, count(*) FROM tq_jobs WHERE queue = 'q' GROUP BY state"))
+def queues(spec):
+    """The scenario's queues: its `queues`, else the one queue q."""
+    return list(spec.get("queues", {"q": {}}))
+
+
+def total_jobs(spec):
+    return spec["jobs"] * len(queues(spec))
+
+
+def counts(conn, spec):
+    return dict(conn.execute("SELECT state, count(*) FROM tq_jobs WHERE queue IN (SELECT value FROM json_each(?)) "
+                             "GROUP BY state", (json.dumps(queues(spec)),)))
+
+
+def most_at_once(conn, log):
+    """Queue -> the most of its handlers that ran at once, from the order of the log's
+    start and end lines."""
+    queue_of = dict(conn.execute("SELECT id, queue FROM tq_jobs"))
+    running, most = collections.Counter(), collections.Counter()
+    with open(log) as f:
+        for line in f:
+            job, _, _, event = line.split()
+            running[queue_of[job]] += {"start": 1, "end": -1}.get(event, 0)
+            most[queue_of[job]] = max(most[queue_of[job]], running[queue_of[job]])
+    return dict(most)
 
 
 def events(log, event):
@@ -65,7 +88,7 @@ def returned_line(proc):
 def until_final(spec, conn, workers, log):
     """Wait until every job is done or failed, then SIGTERM: work() returns. The output."""
     deadline = time.monotonic() + GIVE_UP_S
-    while sum(counts(conn).get(s, 0) for s in FINAL) < spec["jobs"] and time.monotonic() < deadline:
+    while sum(counts(conn, spec).get(s, 0) for s in FINAL) < total_jobs(spec) and time.monotonic() < deadline:
         if any(w.poll() is not None for w in workers):
             break
         time.sleep(0.05)
@@ -117,7 +140,8 @@ def test_helper_scenario(tmp_path, helper, index):
     try:
         conn.execute("BEGIN")
         for n in range(spec["jobs"]):
-            one(conn, "SELECT tq_add('q', ?)", json.dumps({"n": n}))
+            for queue in queues(spec):
+                one(conn, "SELECT tq_add(?, ?)", queue, json.dumps({"n": n}))
         conn.execute("COMMIT")
         outs = (stop_scenario if spec.get("stop") else until_final)(spec, conn, workers, log)
     finally:
@@ -131,13 +155,18 @@ def test_helper_scenario(tmp_path, helper, index):
         assert sum(int(out.split()[1]) for out, _ in outs) == expect["returned"], outs
     if expect.get("abandoned"):
         check_abandoned(conn, spec["jobs"])
-    got = counts(conn)
+    got = counts(conn, spec)
     for state in FINAL:
         assert got.get(state, 0) == expect.get(state, 0), got
     if expect.get("each_ran_once"):
         with open(log) as f:
             starts = collections.Counter(line.split()[0] for line in f if line.split()[3] == "start")
-        assert len(starts) == spec["jobs"] and set(starts.values()) == {1}, starts.most_common(3)
+        assert len(starts) == total_jobs(spec) and set(starts.values()) == {1}, starts.most_common(3)
+    if expect.get("most_at_once"):
+        most = most_at_once(conn, log)
+        assert set(most) == set(expect["most_at_once"]), most    # every queue's jobs ran
+        for queue, limit in expect["most_at_once"].items():
+            assert most[queue] <= limit, most
     if expect.get("result_has"):
         for (result,) in conn.execute("SELECT tq_get(id) ->> 'result' FROM tq_jobs WHERE queue = 'q'"):
             assert expect["result_has"] in str(result), result

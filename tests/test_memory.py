@@ -96,7 +96,7 @@ def session_sql(pinned):
         SELECT * FROM tq_stats();
         SELECT * FROM tq_stats('q');
         SELECT tq_sweep(), tq_sweep(10);
-        SELECT tq_wait('q', 0), tq_wait('later', '5ms');
+        SELECT tq_wait('q', 0), tq_wait('later', '5ms'), tq_wait_any('["q", "later"]', '5ms');
         SELECT tq_schedule('tick', 'ticks', '@every 1ms', '{{}}', '{{"missed": "all", "meta": {{"m": 1}}}}'),
                tq_schedule('daily', 'ticks', '0 9 * * mon-fri', 'x', '{{"tz": "Europe/Paris"}}');
         SELECT count(*) FROM tq_schedules;

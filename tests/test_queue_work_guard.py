@@ -1,6 +1,7 @@
 """Issue 29 (Lows): one rule for the three helpers, a second work() on a Queue that is
 already working is refused (AsyncQueue and Node already refused it); sys.exit() in a handler
 ends work() instead of being recorded as the job's error."""
+import asyncio
 import os
 import signal
 import subprocess
@@ -191,3 +192,34 @@ def test_a_second_signal_ends_a_drain_that_hangs(db_path, kind, sig):
         assert "KeyboardInterrupt" in err and proc.returncode != 0, (proc.returncode, err)
     else:
         assert proc.returncode == -signal.SIGTERM, (proc.returncode, err)
+
+
+@pytest.mark.parametrize("queues, error", [
+    ({}, "queues must be a non-empty dict"),
+    (["emails"], "queues must be a non-empty dict"),
+    ({"emails": (print, {"concurency": 2})}, "queue 'emails': unknown option 'concurency'"),
+    ({"emails": (print, {"concurrency": 0})}, "concurrency must be at least 1"),
+    ({"emails": "send"}, "queue 'emails': expected a handler or (handler, options dict)"),
+])
+def test_a_worker_refuses_bad_queues_naming_them(db_path, queues, error):
+    """tinyq.Worker / AsyncWorker: a bad map of queues is an error before anything runs."""
+    async def handler(payload, run):
+        return None
+    async_queues = ({k: (handler, v[1]) if isinstance(v, tuple) else v for k, v in queues.items()}
+                    if isinstance(queues, dict) else queues)
+    for make in (lambda: tinyq.Worker(db_path, queues).work(),
+                 lambda: asyncio.run(tinyq.AsyncWorker(db_path, async_queues).work())):
+        with pytest.raises((ValueError, TypeError), match=error.replace("(", r"\(").replace(")", r"\)")):
+            make()
+
+
+def test_a_second_work_on_a_working_worker_is_refused(db_path):
+    worker = None
+
+    def handler(payload, run):
+        with pytest.raises(RuntimeError, match="already working"):
+            worker.work()
+        worker.stop()
+    worker = tinyq.Worker(db_path, {"a": handler, "b": handler})
+    tinyq.Queue(db_path, "b").add({"n": 1})
+    assert worker.work() == {"a": 0, "b": 1}

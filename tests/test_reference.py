@@ -36,6 +36,7 @@ SCALARS = {
     ("tq_step_put", -1): "directonly",
     ("tq_progress", -1): "directonly",
     ("tq_wait", -1): "directonly",
+    ("tq_wait_any", -1): "directonly",
     ("tq_schedule", -1): "directonly",
     ("tq_schedule_get", -1): "innocuous",
     ("tq_unschedule", -1): "directonly",

@@ -28,7 +28,7 @@ EXPECTED_FLAGS = {
     ("tq_queue", 2): DIRECTONLY, ("tq_queue", -1): DIRECTONLY,
     ("tq_renew", -1): DIRECTONLY, ("tq_settle", -1): DIRECTONLY, ("tq_step_put", -1): DIRECTONLY,
     ("tq_progress", -1): DIRECTONLY, ("tq_retry", -1): DIRECTONLY, ("tq_sweep", -1): DIRECTONLY,
-    ("tq_clock", -1): DIRECTONLY, ("tq_wait", -1): DIRECTONLY,
+    ("tq_clock", -1): DIRECTONLY, ("tq_wait", -1): DIRECTONLY, ("tq_wait_any", -1): DIRECTONLY,
     ("tq_schedule", -1): DIRECTONLY, ("tq_unschedule", -1): DIRECTONLY,
     ("tq_schedule_get", -1): INNOCUOUS, ("tq_check", -1): DIRECTONLY,
 }
@@ -44,6 +44,7 @@ DIRECT_CALLS = {
     "tq_sweep": "tq_sweep()",
     "tq_clock": "tq_clock(0)",
     "tq_wait": "tq_wait('q', 0)",
+    "tq_wait_any": "tq_wait_any('[\"q\"]', 0)",
     "tq_schedule": "tq_schedule('evil', 'q', '* * * * *', '{}')",
     "tq_unschedule": "tq_unschedule('kept')",
     "tq_check": "tq_check('{\"recount\": true}')",

@@ -65,18 +65,25 @@ def sleeping(pid):
         return f.read().rsplit(")", 1)[1].split()[0] == "S"
 
 
+def asleep_waiter(code, db_path):
+    """A process running `code` (a waiter that says it is ready, then waits), once it is
+    asleep inside its wait, past the settling that follows arming."""
+    waiter = subprocess.Popen([sys.executable, "-c", code, db_path, os.path.join(ROOT, "tests")],
+                              stdout=subprocess.PIPE, text=True)
+    assert json.loads(waiter.stdout.readline()) == {"ready": True}
+    while not sleeping(waiter.pid):
+        time.sleep(0.01)
+    time.sleep(0.3)                  # well inside the wait, past its settling
+    return waiter
+
+
 @pytest.mark.parametrize("journal", JOURNALS + ["wal, reset"])
 def test_an_add_from_another_process_ends_a_waiting_tq_wait(db_path, journal):
     """"wal, reset": a checkpoint empties the -wal while the waiter waits, and the add
     writes it again from its start."""
     conn = store(db_path, journal.split(",")[0])
-    waiter = subprocess.Popen([sys.executable, "-c", WAITER, db_path, os.path.join(ROOT, "tests")],
-                              stdout=subprocess.PIPE, text=True)
+    waiter = asleep_waiter(WAITER, db_path)
     try:
-        assert json.loads(waiter.stdout.readline()) == {"ready": True}
-        while not sleeping(waiter.pid):
-            time.sleep(0.01)
-        time.sleep(0.3)              # well inside tq_wait, past its settling
         if journal == "wal, reset":
             assert conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0] == 0   # not busy
             assert os.path.getsize(db_path + "-wal") == 0
@@ -136,3 +143,142 @@ print(json.dumps(results), flush=True)
     # correct b waiter counts is a wake-up per read of the shared instance, and the GIL's
     # hand-overs (measured up to 64 on a loaded machine).
     assert all(res[f"b{i} switches"] <= 300 for i in range(5)), json.dumps(res)
+
+
+# -- helpers: 20 idle queues in one work() ----------------------------------------------------
+
+IDLE_QUEUES = 20
+
+
+def process_switches():
+    """Voluntary context switches of every thread of this process so far."""
+    total = 0
+    for task in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{task}/status") as f:
+                total += next(int(line.split()[1]) for line in f if line.startswith("voluntary_ctxt_switches"))
+        except FileNotFoundError:   # a thread that ended meanwhile
+            pass
+    return total
+
+
+def tinyq_threads(prefix):
+    import threading
+    return [t for t in threading.enumerate() if t.name.startswith(prefix)]
+
+
+IDLE_WORKER = """
+import asyncio, json, os, sys, threading, time
+sys.path.insert(0, sys.argv[3])
+sys.path.insert(0, sys.argv[4])
+import tinyq
+from test_wait_idle import process_switches, tinyq_threads
+kind, path, n = sys.argv[1], sys.argv[2], int(sys.argv[5])
+queues = ["q%d" % i for i in range(n)]
+done = threading.Event()
+
+def report(waiter_name, asleep):
+    while not asleep():                      # every queue's pool has found it empty
+        time.sleep(0.01)
+    time.sleep(0.3)                          # past the waiter's short calls after the last one fell idle
+    before = process_switches()
+    time.sleep(2.0)                          # an idle window (what is counted is the work)
+    print(json.dumps({"switches": process_switches() - before,
+                      "waiters": len(tinyq_threads(waiter_name))}), flush=True)
+    sys.stdin.readline()                     # the test added a job to each queue: they run
+    done.wait()
+
+started = []
+def handler_sync(payload, run):
+    started.append(run.id)
+    if len(started) == n:
+        done.set()
+
+if kind == "threads":
+    worker = tinyq.Worker(path, {q: handler_sync for q in queues}, poll=3600.0)
+    asleep = lambda: len(getattr(next(iter(tinyq_threads("tinyq-waiter")), None), "_sleepers", ())) == n
+    t = threading.Thread(target=report, args=("tinyq-waiter", asleep))
+    t.start()
+    threading.Thread(target=lambda: (done.wait(), worker.stop()), daemon=True).start()
+    counts = worker.work()
+    t.join()
+else:
+    async def handler(payload, run):
+        handler_sync(payload, run)
+    async def main():
+        worker = tinyq.AsyncWorker(path, {q: handler for q in queues}, poll=3600.0)
+        asleep = lambda: len(getattr(next(iter(tinyq_threads("tinyq-aio-waiter")), None), "_sleepers", ())) == n
+        loop = asyncio.get_running_loop()
+        reporting = loop.run_in_executor(None, report, "tinyq-aio-waiter", asleep)
+        stopping = loop.run_in_executor(None, lambda: (done.wait(), worker.stop()))
+        counts = await worker.work()
+        await reporting
+        await stopping
+        return counts
+    counts = asyncio.run(main())
+print(json.dumps({"counts": sorted(counts.values())}), flush=True)
+"""
+
+
+@pytest.mark.parametrize("kind", ["threads", "asyncio"])
+def test_twenty_idle_queues_of_one_work_share_one_waiter_and_sleep(db_path, kind):
+    """tinyq.Worker / AsyncWorker over 20 queues: one waiter thread (one connection in
+    tq_wait_any) for all of them, and idle, the whole process barely wakes: no claim per
+    queue per poll, no heartbeat flushing every 20 ms (together about 1,000 wake-ups a
+    second of 20 queues before). Then an add to each queue from another process runs."""
+    conn = store(db_path, "wal")
+    proc = subprocess.Popen([sys.executable, "-c", IDLE_WORKER, kind, db_path, os.path.join(ROOT, "python"),
+                             os.path.join(ROOT, "tests"), str(IDLE_QUEUES)],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        idle = json.loads(proc.stdout.readline())
+        for i in range(IDLE_QUEUES):
+            add(conn, "q%d" % i, id="j%d" % i)
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
+        ran = json.loads(proc.stdout.readline())
+    finally:
+        proc.wait(timeout=120)
+        conn.close()
+    assert idle["waiters"] == 1, idle
+    # Measured here about 10 (a waiter's call every 250 ms). A claim per queue per second
+    # and a heartbeat looking every 20 ms for settles (threads) would be 40 and 2,000.
+    assert idle["switches"] <= 200, idle
+    assert ran == {"counts": [1] * IDLE_QUEUES}, ran
+
+
+WAITER_ANY = """
+import json, sys
+sys.path.insert(0, sys.argv[2])
+from helpers import connect, one
+conn = connect(sys.argv[1])
+print(json.dumps({"ready": True}), flush=True)
+print(json.dumps({"r": json.loads(one(conn, "SELECT tq_wait_any(?, '30s')", '["a", "wake", "b"]'))}), flush=True)
+"""
+
+
+def test_tq_wait_any_ends_at_an_add_to_one_of_its_queues_and_names_it(db_path):
+    conn = store(db_path, "wal")
+    waiter = asleep_waiter(WAITER_ANY, db_path)
+    try:
+        add(conn, "other", id="o1")  # a commit that leaves its queues as they were
+        add(conn, "wake", id="w1")
+        res = json.loads(waiter.stdout.readline())
+    finally:
+        waiter.wait(timeout=60)
+        conn.close()
+    assert res == {"r": ["wake"]}
+
+
+@pytest.mark.parametrize("queues, error", [
+    ("[]", "queues must hold from 1 to 1000 names, not 0"),
+    ("emails", "queues must be a JSON array of queue names"),
+    ('["a", 1]', "queues must hold queue names (text), not 1"),
+    ('[""]', "queue must not be empty"),
+])
+def test_tq_wait_any_refuses_a_bad_list_naming_it(db_path, queues, error):
+    conn = store(db_path, "wal")
+    with pytest.raises(Exception) as raised:
+        one(conn, "SELECT tq_wait_any(?, 0)", queues)
+    assert str(raised.value).startswith("tq_wait_any: ") and error in str(raised.value)
+    conn.close()

@@ -457,3 +457,45 @@ test('once work() has returned, nothing of the worker holds the database open', 
     assert.deepEqual(openHandles(q.path), [], `stopped after ${stopAt} ms`);
   }
 });
+
+test('a Worker over 20 idle queues has one waiter thread for them all (issue 29)', async () => {
+  const fs = require('fs');
+  const wakeups = require('../wakeups.js');
+  const file = tempDb();
+  const tasks = () => fs.readdirSync('/proc/self/task').length;
+  const asleep = (n) => () => wakeups.threads().some((t) => t.file === file && t.sleeping === n);
+  const names = Array.from({ length: 20 }, (_, i) => `q${i}`);
+  const counted = {};
+  for (const n of [1, 20]) {
+    const worker = new tinyq.Worker(file, Object.fromEntries(names.slice(0, n).map((name) => [name, () => {}])));
+    const working = worker.work();
+    await until(asleep(n)); // every queue's loop found it empty and sleeps in the waiter
+    counted[n] = { tasks: tasks(), waiters: wakeups.threads().filter((t) => t.file === file).length };
+    await worker.stop();
+    await working;
+    worker.close();
+  }
+  assert.equal(counted[20].waiters, 1);
+  // A waiter thread per queue made 19 threads more (and more: each worker_thread has its own).
+  assert.ok(counted[20].tasks - counted[1].tasks < 5, JSON.stringify(counted));
+  assert.deepEqual(wakeups.threads().filter((t) => t.file === file), []); // ended with the last work()
+});
+
+test('a Worker refuses bad queues by name, and one stop() ends every queue (issue 29)', async () => {
+  const file = tempDb();
+  assert.throws(() => new tinyq.Worker(file, {}), /queues must be a non-empty object/);
+  assert.throws(() => new tinyq.Worker(file, { emails: [() => {}, { concurency: 2 }] }), /queue 'emails': unknown option 'concurency'/);
+  assert.throws(() => new tinyq.Worker(file, { emails: 'send' }), /queue 'emails': expected a handler/);
+  const ran = [];
+  const worker = new tinyq.Worker(file, { a: (p) => { ran.push(['a', p.n]); }, b: [(p) => { ran.push(['b', p.n]); }, { concurrency: 2 }] });
+  const adder = new tinyq.Queue(file, 'a');
+  const working = worker.work();
+  assert.throws(() => worker.work(), /already working/);
+  adder.add({ n: 1 });
+  new tinyq.Queue(adder.db, 'b').add({ n: 2 });
+  await until(() => ran.length === 2);
+  assert.deepEqual(await worker.stop(), { a: 1, b: 1 });
+  assert.deepEqual(await working, { a: 1, b: 1 });
+  worker.close();
+  adder.close();
+});

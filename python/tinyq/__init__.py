@@ -14,15 +14,17 @@ Pure Python over the standard sqlite3 module (apsw connections work too).
     replies.work(answer, concurrency=4)      # until SIGTERM/SIGINT or replies.stop()
 
 For asyncio, `tinyq.AsyncQueue` has the same methods as coroutines (see _aio.py).
+`tinyq.Worker` (and `tinyq.AsyncWorker`) serves several queues in one work() call.
 The threads' loop is in _worker.py, what both workers share in _protocol.py; the command
 line (cli.py) and the dashboard (dashboard.py) read the store through views.py.
 """
-from ._aio import AsyncQueue, AsyncRun
+from ._aio import AsyncQueue, AsyncRun, AsyncWorker
 from ._connection import extension_path, load, open
 from ._context import Cancelled, JobContextFilter, Outcome, current_run
 from ._queue import Queue
 from ._version import __version__
 from ._worker import Run
+from ._workers import Worker
 
-__all__ = ["load", "open", "extension_path", "Queue", "AsyncQueue", "Run", "AsyncRun", "Outcome",
+__all__ = ["load", "open", "extension_path", "Queue", "Worker", "AsyncQueue", "AsyncWorker", "Run", "AsyncRun", "Outcome",
            "Cancelled", "current_run", "JobContextFilter"]

@@ -14,8 +14,9 @@ Every SQLite call runs on a thread of its own (one for the queue's methods, one 
 work()), never on the loop. Writes are group-committed (_group.py): the step puts,
 progress, settles, claim and renewals asked for while the work's thread commits the last
 group go to the store together, in one transaction, each handler resumed once its own
-write has committed. When the queue is empty, a third thread sleeps in tq_wait and wakes
-the loop.
+write has committed. When the queue is empty, the process's waiter thread for the file
+(_waiter.py) sleeps in tq_wait_any and wakes the loop. tinyq.AsyncWorker serves several
+queues in one work().
 """
 from __future__ import annotations
 
@@ -35,17 +36,18 @@ from ._connection import OwnedConnection, open as open_conn
 from ._context import RunBase, current_run, is_busy, stop_grace
 from ._group import Write, commit_group, run_reads
 from ._protocol import (WAITER_JOIN_S, abandon, check_work_args, claim_args, grace_left, sooner,
-                        claim_sql, lease_options, lease_pairs, lease_value, outcome_of_exception, renew_in,
-                        renew_soon, renewed, result_outcome, schedule_renewal, settle_and_claim_in,
-                        stop_on_signals, wait_for_work, worker_name)
+                        claim_sql, lease_options, lease_pairs, lease_value, outcome_of_exception, queue_specs,
+                        renew_in, renew_soon, renewed, result_outcome, schedule_renewal, settle_and_claim_in,
+                        stop_on_signals, worker_name)
 from ._queue import Queue
 from ._sql import _decode, _encode, _one, _rows
+from . import _waiter
 from ._waits import (JOBS_OF, NOW, STEP_ROW, after_results, duration_ms, signal_steps, signal_wait, sleep_step,
                      sleep_until, wait_ids)
 
 log = logging.getLogger("tinyq")
 
-__all__ = ["AsyncQueue", "AsyncRun"]
+__all__ = ["AsyncQueue", "AsyncRun", "AsyncWorker"]
 
 
 class _DbThread:
@@ -191,63 +193,6 @@ class AsyncRun(RunBase):
         sleep_until(await self.step(sleep_step(name), lambda: now + duration_ms(duration, "sleep")), now)
 
 
-class _Waiter(threading.Thread):
-    """Sleeps in tq_wait (its own connection) each time it is armed, then calls `woke`
-    on the loop. After close() it ends within a tq_wait slice, closing its connection;
-    work() waits for that (`ended`)."""
-
-    def __init__(self, connect: Callable[[], Any], queue: str, poll: float,
-                 loop: asyncio.AbstractEventLoop, woke: Callable[[], None],
-                 failed: Callable[[BaseException], None]):
-        super().__init__(name="tinyq-aio-waiter", daemon=True)
-        self._connect, self._queue, self._poll = connect, queue, poll
-        self._loop, self._woke, self._failed = loop, woke, failed
-        self._armed = threading.Event()
-        self._closed = False
-
-    def arm(self) -> None:
-        self._armed.set()
-
-    def close(self) -> None:
-        self._closed = True
-        self._armed.set()
-
-    async def ended(self) -> None:
-        """Resolves once the thread has ended (WAITER_JOIN_S at most)."""
-        await asyncio.get_running_loop().run_in_executor(None, self.join, WAITER_JOIN_S)
-
-    def run(self) -> None:
-        if self._closed:
-            return  # closed before this thread ran: open nothing
-        try:
-            conn = self._connect()
-        except BaseException as exc:   # work() raises it, rather than never waking
-            try:
-                self._loop.call_soon_threadsafe(self._failed, exc)
-            except RuntimeError:      # the loop is closed
-                pass
-            return
-        try:
-            while True:
-                self._armed.wait()
-                if self._closed:
-                    return
-                self._armed.clear()
-                try:
-                    wait_for_work(conn, self._queue, self._poll, lambda: self._closed)
-                except Exception as exc:
-                    log.error("tinyq: tq_wait on %r failed: %s", self._queue, exc)
-                    threading.Event().wait(self._poll)
-                if self._closed:
-                    return
-                try:
-                    self._loop.call_soon_threadsafe(self._woke)
-                except RuntimeError:      # the loop is closed
-                    return
-        finally:
-            conn.close()
-
-
 class _Pace:
     """How many jobs work() claims ahead of its running handlers (`prefetch`). A whole
     number is fixed. "auto" claims ahead the jobs that its handlers are expected to end
@@ -289,22 +234,26 @@ def _moving(average: Optional[float], value: float) -> float:
 
 
 class _AsyncWork:
-    """One `await q.work(...)`: its loop, tasks, heartbeat and waiter."""
+    """One queue of an `await q.work(...)` (or of an AsyncWorker's): its tasks, heartbeat
+    and claim loop, the SQL on a thread of its own; the call's waiter wakes it."""
 
-    def __init__(self, queue: "AsyncQueue", handler: Callable[[Any, AsyncRun], Awaitable[Any]],
-                 concurrency: int, worker: Optional[str], poll: float, lease: Any, errors: str,
-                 prefetch: Any):
-        self.queue = queue
+    def __init__(self, call: "_AsyncCall", name: str, handler: Callable[[Any, AsyncRun], Awaitable[Any]],
+                 concurrency: int = 1, lease: Any = None, errors: str = "message", prefetch: Any = "auto"):
+        check_work_args(concurrency, errors, prefetch)
+        check_async(handler)
+        self.call = call
+        self.owner = call.owner
+        self.name = name
         self.handler = handler
         self.concurrency = concurrency
-        self.worker = worker_name(worker)
-        self.poll = poll
+        self.worker = call.worker
         self.errors = errors
         self.lease_options = lease_options(lease)
         self.lease = lease_value(lease)
-        self.db = _DbThread(queue._connect, "tinyq-aio-work")
+        self.db = _DbThread(call.connect, "tinyq-aio-work")
         self.tasks: Set[asyncio.Task] = set()
         self.runs: Dict[AsyncRun, float] = {}        # leased job -> monotonic time of its renewal
+        self.beat = asyncio.Event()                  # a run to renew came: the heartbeat wakes
         self.running: Set[AsyncRun] = set()          # runs whose handler is running (stop's grace)
         self.ahead: Deque[AsyncRun] = collections.deque()   # claimed ahead, not started (prefetch)
         self.pace = _Pace(prefetch, concurrency)
@@ -312,62 +261,44 @@ class _AsyncWork:
         self.may_claim = True
         self.event = asyncio.Event()
         self.handled = 0
-        self.failure: Optional[BaseException] = None
 
     def wake(self) -> None:
         self.event.set()
 
-    def woke(self) -> None:            # the waiter's tq_wait returned
+    def woke(self) -> None:            # the waiter's tq_wait_any named this queue
         self.may_claim = True
         self.event.set()
 
-    def failed(self, exc: BaseException) -> None:   # the waiter could not start
-        if self.failure is None:
-            self.failure = exc
-        self.queue._stopping = True
-        self.event.set()
-
     async def run(self) -> int:
-        loop = asyncio.get_running_loop()
         sql = await self.db.call(claim_sql, self.lease_options)
-        waiter = _Waiter(self.queue._connect, self.queue.name, self.poll, loop, self.woke, self.failed)
-        waiter.start()
         heartbeat = asyncio.ensure_future(self.heartbeat())
-        restore = stop_on_signals(self.queue.stop, loop)
         try:
             while True:
                 self.event.clear()
-                stopping = self.queue._stopping
+                stopping = self.owner._stopping
                 free = 0 if stopping else self.concurrency - len(self.tasks)
                 want = 0 if stopping or not self.may_claim else free + self.pace.ahead() - len(self.ahead)
                 if self.finished or want > 0:
                     batch, self.finished = self.finished, []
-                    args = None if want <= 0 else claim_args(self.queue.name, self.worker, want,
-                                                             self.lease_options)
+                    args = None if want <= 0 else claim_args(self.name, self.worker, want, self.lease_options)
                     started = time.monotonic()
                     jobs = await self.settle_and_claim(sql, batch, args)
                     self.pace.committed(time.monotonic() - started)
                     self.claimed(jobs)
                     if want > 0 and len(jobs) < want:
-                        self.may_claim = False
-                        waiter.arm()
+                        self.may_claim = False     # until the waiter says a job may be there
+                        self.call.sleep(self)
                     continue
                 if stopping:
                     break        # finish() waits for the work in flight
                 await self.event.wait()
         finally:
-            try:     # the signals stay ours while the drain lasts: a second one ends it
-                await _uncancellable(self.finish(sql, waiter, heartbeat))
-            finally:
-                restore()
-        if self.failure is not None:
-            raise self.failure
+            await _uncancellable(self.finish(sql, heartbeat))
         return self.handled
 
-    async def finish(self, sql: str, waiter: "_Waiter", heartbeat: "asyncio.Future[None]") -> None:
+    async def finish(self, sql: str, heartbeat: "asyncio.Future[None]") -> None:
         """Claim nothing more, wait for the work in flight, settle it, let go of everything."""
-        self.queue._stopping = True
-        waiter.close()
+        self.call.stop()
         try:
             await self.drain(sql)
             # Jobs claimed ahead go back in line: a snooze of 0 does not use up a try.
@@ -378,10 +309,6 @@ class _AsyncWork:
             heartbeat.cancel()
             await asyncio.gather(heartbeat, return_exceptions=True)
             await self.db.close()
-            await waiter.ended()
-            self.queue._work = None
-            self.queue._stopping = False
-            self.queue._grace_ends = None
 
     async def drain(self, sql: str) -> None:
         """Wait for the handlers in flight, settling them as they end; once stop(timeout=...)'s
@@ -393,7 +320,7 @@ class _AsyncWork:
                 batch, self.finished = self.finished, []
                 await self.settle_and_claim(sql, batch, None)
                 continue
-            left = grace_left(self.queue._grace_ends)
+            left = grace_left(self.owner._grace_ends)
             if left == 0.0:
                 for run in self.running:
                     self.runs.pop(run, None)
@@ -427,10 +354,12 @@ class _AsyncWork:
             run = AsyncRun(self.db, job)
             self.runs[run] = schedule_renewal(run)
             self.ahead.append(run)
+        if jobs:
+            self.beat.set()            # the heartbeat, asleep while nothing is leased, renews them
         self.start_ahead()
 
     def start_ahead(self) -> None:
-        while self.ahead and len(self.tasks) < self.concurrency and not self.queue._stopping:
+        while self.ahead and len(self.tasks) < self.concurrency and not self.owner._stopping:
             run = self.ahead.popleft()
             if run.cancelled:          # cancelled while it waited (its renewal said so)
                 self.runs.pop(run, None)
@@ -475,8 +404,12 @@ class _AsyncWork:
         """When the earliest leased job (running, or claimed ahead) is at half its lease,
         renew every leased job, in one statement of one transaction."""
         while True:
+            if not self.runs:          # idle: asleep until a job runs
+                self.beat.clear()
+                await self.beat.wait()
+                continue
             now = time.monotonic()
-            due = min(self.runs.values(), default=now + 0.1)
+            due = min(self.runs.values())
             await asyncio.sleep(max(due - now, 0.001))
             if not any(at <= time.monotonic() for at in self.runs.values()):
                 continue
@@ -491,6 +424,100 @@ class _AsyncWork:
                 renew_soon(self.runs, runs, 0.25)
                 continue
             renewed(self.runs, runs, leases)
+
+
+class _AsyncCall:
+    """One `await q.work(...)` or `await worker.work()`: the queues' _AsyncWork, their one
+    waiter thread (_waiter.py), the signals, and the owner's stop. A failure in one queue
+    (or in the waiter) stops every queue; work() raises the first, once all have drained."""
+
+    def __init__(self, owner: Any, path: str, connect: Callable[[], Any], worker: Optional[str], poll: float):
+        self.owner = owner            # the AsyncQueue or AsyncWorker: _stopping, _grace_ends, stop()
+        self.path, self.poll = path, poll
+        self.connect = connect
+        self.worker = worker_name(worker)
+        self.loop = asyncio.get_running_loop()
+        self.waiter: Any = None       # the process's for the file, while run() runs
+        self.works: List[_AsyncWork] = []
+        self.failure: Optional[BaseException] = None
+
+    def sleep(self, work: _AsyncWork) -> None:
+        """`work` found its queue empty: the waiter wakes it through the loop."""
+        def woke() -> None:
+            try:
+                self.loop.call_soon_threadsafe(work.woke)
+            except RuntimeError:      # the loop is closed
+                pass
+        self.waiter.sleep(work.name, woke, self)
+
+    def wake(self) -> None:
+        for work in self.works:
+            work.wake()
+
+    def stop(self) -> None:
+        self.owner._stopping = True
+        self.wake()
+
+    def fail(self, exc: BaseException) -> None:
+        if self.failure is None:
+            self.failure = exc
+        self.stop()
+
+    def failed_elsewhere(self, exc: BaseException) -> None:   # on the waiter's thread
+        try:
+            self.loop.call_soon_threadsafe(self.fail, exc)
+        except RuntimeError:          # the loop is closed
+            pass
+
+    async def run(self) -> Dict[str, int]:
+        self.waiter = _waiter.acquire(self, self.path, self.connect, self.poll, self.failed_elsewhere,
+                                      name="tinyq-aio-waiter")
+        restore = stop_on_signals(self.owner.stop, self.loop)
+        tasks = [asyncio.ensure_future(self.run_one(work)) for work in self.works]
+        try:     # the signals stay ours while the drains last: a second one ends them
+            try:
+                await asyncio.wait(tasks)
+            except asyncio.CancelledError:   # as a stop(); the jobs in flight finish and settle
+                self.stop()
+                await _uncancellable(asyncio.wait(tasks))
+                raise
+        finally:
+            restore()
+            if _waiter.release(self, self.waiter):   # the last work() on the file: it ends
+                await asyncio.get_running_loop().run_in_executor(None, self.waiter.ended, WAITER_JOIN_S)
+            self.owner._work = None
+            self.owner._stopping = False
+            self.owner._grace_ends = None
+        if self.failure is not None:
+            raise self.failure
+        return {work.name: work.handled for work in self.works}
+
+    async def run_one(self, work: _AsyncWork) -> None:
+        try:
+            await work.run()
+        except Exception as exc:
+            self.fail(exc)
+
+
+async def work_calls(owner: Any, queues: Dict[str, Tuple[Callable[..., Any], Dict[str, Any]]], path: str,
+                     connect: Callable[[], Any], worker: Optional[str], poll: float) -> Dict[str, int]:
+    """Serve `queues` (name -> (handler, options: concurrency, lease, errors)) until
+    owner.stop(), SIGTERM or SIGINT; how many jobs each claimed."""
+    if owner._work is not None:
+        raise RuntimeError("this %s is already working" % type(owner).__name__)
+    call = _AsyncCall(owner, path, connect, worker, poll)
+    call.works = [_AsyncWork(call, name, handler, **opts) for name, (handler, opts) in queues.items()]
+    owner._loop = call.loop
+    owner._work = call
+    return await call.run()
+
+
+def check_async(handler: Any) -> None:
+    if not _is_async(handler):
+        raise TypeError("AsyncQueue.work needs an async handler (async def), not %r: a plain "
+                        "def would run on the event loop and its result could not be awaited; "
+                        "use tinyq.Queue.work for it, or wrap it: `async def handler(payload, "
+                        "run): return await asyncio.to_thread(f, payload, run)`" % (handler,))
 
 
 def warn_if_late(due: Dict[AsyncRun, float]) -> None:
@@ -597,17 +624,9 @@ class AsyncQueue:
         without using up a try. Cancelling
         the task that awaits work() stops it the same way (however often it is cancelled,
         the jobs in flight finish and settle), then raises CancelledError."""
-        check_work_args(concurrency, errors, prefetch)
-        if not _is_async(handler):
-            raise TypeError("AsyncQueue.work needs an async handler (async def), not %r: a plain "
-                            "def would run on the event loop and its result could not be awaited; "
-                            "use tinyq.Queue.work for it, or wrap it: `async def handler(payload, "
-                            "run): return await asyncio.to_thread(f, payload, run)`" % (handler,))
-        if self._work is not None:
-            raise RuntimeError("this AsyncQueue is already working")
-        self._loop = asyncio.get_running_loop()
-        self._work = _AsyncWork(self, handler, concurrency, worker, poll, lease, errors, prefetch)
-        return await self._work.run()
+        options = dict(concurrency=concurrency, lease=lease, errors=errors, prefetch=prefetch)
+        queues = {self.name: (handler, options)}
+        return (await work_calls(self, queues, self.path, self._connect, worker, poll))[self.name]
 
     def stop(self, timeout: Optional[float] = None) -> None:
         """Ask work() to claim nothing more and return once the work in flight is done.
@@ -641,6 +660,44 @@ class AsyncQueue:
 
     def __repr__(self) -> str:
         return "AsyncQueue(%r, %r)" % (self.path, self.name)
+
+
+class AsyncWorker:
+    """Serves several queues of one SQLite file in one `await worker.work()`, as
+    tinyq.Worker does for threads:
+
+        worker = tinyq.AsyncWorker("app.db", {
+            "emails": send,                                      # concurrency 1
+            "pdfs": (render, {"concurrency": 100, "lease": "5m"}),
+        })
+        await worker.work()     # until worker.stop(), SIGTERM or SIGINT
+
+    `queues`: queue name -> async handler, or (handler, options), the options those of
+    AsyncQueue.work that belong to one queue: concurrency, lease, errors, prefetch. One waiter thread
+    sleeps in tq_wait_any for every idle queue; one stop() or signal ends them all."""
+
+    def __init__(self, path: "str | os.PathLike[str]", queues: Dict[str, Any], worker: Optional[str] = None,
+                 poll: float = 1.0, busy_timeout: float = 5.0):
+        self.path = os.fspath(path)
+        self.queues = queue_specs(queues)
+        self._worker, self._poll = worker, poll
+        self._connect = functools.partial(open_conn, self.path, busy_timeout, check_same_thread=False)
+        self._stopping = False
+        self._grace_ends: Optional[float] = None
+        self._work: Optional[_AsyncCall] = None
+        self._loop: Optional[asyncio.AbstractEventLoop] = None
+
+    async def work(self) -> Dict[str, int]:
+        """Serve every queue until stop(), SIGTERM or SIGINT (as AsyncQueue.work does one);
+        returns how many jobs each queue claimed. A failure in one queue's machinery stops
+        them all and work() raises it; cancelling its task stops them all too."""
+        return await work_calls(self, self.queues, self.path, self._connect, self._worker, self._poll)
+
+    # stop() is AsyncQueue's: the same fields, the same call
+    stop = AsyncQueue.stop
+
+    def __repr__(self) -> str:
+        return "AsyncWorker(%r, %r)" % (self.path, list(self.queues))
 
 
 def _resolve(future: "asyncio.Future[Any]", write: Write) -> None:

@@ -192,8 +192,10 @@ class Leader:
     lock behind the others (Python's locks are not fair): an item is served by whichever
     thread leads next, so a heartbeat's renewal never waits behind 200 handler threads."""
 
-    def __init__(self, serve: Callable[[Any, List[Any]], None] = commit_group):
+    def __init__(self, serve: Callable[[Any, List[Any]], None] = commit_group,
+                 lock: Optional["threading.Lock"] = None):
         self._serve = serve
+        self._lock = lock or threading.Lock()   # shared by the leaders of several groups
         self._pending: List[Any] = []
         self._leading = False
         self._turn = threading.Condition()
@@ -209,7 +211,8 @@ class Leader:
             self._leading = True
             group, self._pending = self._pending, []
         try:
-            self._serve(conn, group)
+            with self._lock:
+                self._serve(conn, group)
         except BaseException as exc:   # (serve marks its own errors) its waiters must not hang
             for other in group:
                 if not other.done:

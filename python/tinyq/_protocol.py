@@ -30,6 +30,29 @@ def check_work_args(concurrency: int, errors: str, prefetch: Any = "auto") -> No
         raise ValueError("prefetch must be 'auto' or a whole number >= 0, not %r" % (prefetch,))
 
 
+QUEUE_OPTIONS = ("concurrency", "lease", "errors", "prefetch")
+
+
+def queue_specs(queues: Any, options: Tuple[str, ...] = QUEUE_OPTIONS) -> Dict[str, Tuple[Callable[..., Any], Dict[str, Any]]]:
+    """A Worker's queues: {name: handler} or {name: (handler, {option: value})}, each queue
+    with its own options among `options` (work()'s), as name -> (handler, options)."""
+    if not isinstance(queues, dict) or not queues:
+        raise ValueError("queues must be a non-empty dict of queue name -> handler or (handler, options), "
+                         "not %r" % (queues,))
+    specs = {}
+    for name, spec in queues.items():
+        if not isinstance(name, str) or not name:
+            raise ValueError("a queue's name is non-empty text, not %r" % (name,))
+        handler, opts = spec if isinstance(spec, tuple) else (spec, {})
+        if not callable(handler) or not isinstance(opts, dict):
+            raise TypeError("queue %r: expected a handler or (handler, options dict), not %r" % (name, spec))
+        unknown = sorted(set(opts) - set(options))
+        if unknown:
+            raise ValueError("queue %r: unknown option %r (one of %s)" % (name, unknown[0], ", ".join(options)))
+        specs[name] = (handler, dict(opts))
+    return specs
+
+
 def worker_name(worker: Optional[str]) -> str:
     """The name a worker claims under: the one given, else host:pid."""
     return worker or "%s:%d" % (socket.gethostname(), os.getpid())

@@ -144,7 +144,9 @@ class Queue(Schedules):
         `concurrency` long-lived threads, each with its own connection (`run.conn`), each
         settling its last job and claiming its next in one transaction. One heartbeat renews
         every running job's lease at half its length, in one transaction. When idle, one
-        thread sleeps in `tq_wait` (at most `poll` seconds at a time) for all of them. On
+        thread sleeps in `tq_wait_any` for all of them, and they claim only once it says a
+        job may be claimable (`poll`: how long it waits out a busy store). tinyq.Worker serves
+        several queues in one call, with one waiter for all of them. On
         stop, nothing more is claimed and work() returns once the jobs in flight have
         finished and settled. A raised exception is recorded as "Class: message", or only
         "Class" with errors="class". `prefetch`: how many jobs each thread claims ahead of
@@ -158,9 +160,9 @@ class Queue(Schedules):
         if not self._working.acquire(blocking=False):
             raise RuntimeError("this Queue is already working")   # as AsyncQueue and Node
         try:
-            return work_loop(self, handler, lambda: _open_like(self.conn, path),
-                             concurrency=concurrency, worker=worker, poll=poll, lease=lease,
-                             errors=errors, prefetch=prefetch)
+            options = dict(concurrency=concurrency, lease=lease, errors=errors, prefetch=prefetch)
+            return work_loop(self, {self.name: (handler, options)}, path, self._connector(path),
+                             worker=worker, poll=poll)[self.name]
         finally:
             self._working.release()
 
@@ -185,6 +187,10 @@ class Queue(Schedules):
 
     def __exit__(self, *exc):
         self.close()
+
+    def _connector(self, path: str) -> Callable[[], Any]:
+        """How work() opens a connection of its own to this queue's file."""
+        return lambda: _open_like(self.conn, path)
 
     def _database_path(self) -> str:
         for _, name, file in _rows(self.conn, "PRAGMA database_list"):

@@ -1,7 +1,8 @@
-"""The loop behind Queue.work: a fixed pool of long-lived threads, each with its own
-connection, that settle their last job and claim their next in one transaction; a
-heartbeat that renews every running job of the worker in one pass; a waiter that sleeps in
-tq_wait for the idle threads; and a shutdown that waits for the work in flight."""
+"""The loop behind Queue.work and Worker.work: per queue, a fixed pool of long-lived
+threads, each with its own connection, that settle their last job and claim their next in
+one transaction, and a heartbeat that renews every running job of the pool in one pass; for
+all the queues, one waiter (_waiter.py) that sleeps in tq_wait_any for the idle pools; and a
+shutdown that waits for the work in flight."""
 from __future__ import annotations
 
 import collections
@@ -17,8 +18,9 @@ from ._protocol import (PROGRESS, STEP_GET, STEP_PUT, WAITER_JOIN_S, abandon, ch
                         grace_left,
                         claim_sql, lease_options, lease_pairs, lease_value, outcome_of_exception, renew_in,
                         renew_soon, renewed, result_outcome, schedule_renewal, settle_and_claim, stop_on_signals,
-                        wait_for_work, worker_name)
+                        worker_name)
 from ._sql import _decode, _encode, _one, _rows
+from . import _waiter
 from ._waits import (JOBS_OF, NOW, STEP_ROW, after_results, duration_ms, signal_steps, signal_wait, sleep_step,
                      sleep_until, wait_ids)
 
@@ -125,6 +127,14 @@ class _Heartbeat(threading.Thread):
         self._cond = threading.Condition()
         self._closed = False
         self._wakes_at = 0.0                     # when the heartbeat's wait ends (0: awake)
+        self._unflushed = False                  # settles wait for a flush: idle, nothing does
+
+    def unsettled(self) -> None:
+        """Settles wait: flush them within flush_every, unless a claim takes them first."""
+        with self._cond:
+            if not self._unflushed:
+                self._unflushed = True
+                self._cond.notify()
 
     def add(self, run: RunBase) -> None:
         due = schedule_renewal(run)
@@ -147,15 +157,19 @@ class _Heartbeat(threading.Thread):
         """Wait until some run is due, then return every run ([] when it is time to flush);
         None once closed."""
         with self._cond:
-            flush_at = time.monotonic() + self._flush_every if self._flush else float("inf")
+            flush_at = float("inf")
             while not self._closed:
                 now = time.monotonic()
+                if self._flush and self._unflushed and flush_at == float("inf"):
+                    flush_at = now + self._flush_every
                 if any(at <= now for at in self._runs.values()):
                     return list(self._runs)
                 if now >= flush_at:
+                    self._unflushed = False
                     return []
-                self._wakes_at = min(min(self._runs.values(), default=now + 1.0), flush_at)
-                self._cond.wait(self._wakes_at - now)
+                # Idle (nothing runs, nothing to settle): asleep until add() or unsettled().
+                self._wakes_at = min(min(self._runs.values(), default=float("inf")), flush_at)
+                self._cond.wait(None if self._wakes_at == float("inf") else self._wakes_at - now)
                 self._wakes_at = 0.0
         return None
 
@@ -230,39 +244,42 @@ class _Pace:
 
 
 class _Pool:
-    """The threads of one work() call and what they share."""
+    """The threads of one queue of a work() call and what they share."""
 
     BUSY_TRIES = 3
 
-    def __init__(self, queue: Any, handler: Callable[..., Any], connect: Callable[[], Any],
-                 concurrency: int, worker: Optional[str], poll: float, lease: Any, errors: str,
-                 prefetch: Any):
-        self.queue = queue
+    def __init__(self, work: "_Work", name: str, handler: Callable[..., Any], concurrency: int = 1,
+                 lease: Any = None, errors: str = "message", prefetch: Any = "auto"):
+        check_work_args(concurrency, errors, prefetch)
+        self.owner = work.owner              # the Queue or Worker: its stop() and grace
+        self.name = name
         self.handler = handler
-        self.connect = connect
+        self.connect = work.connect
         self.concurrency = concurrency
-        self.worker = worker_name(worker)
-        self.poll = poll
+        self.worker = work.worker
         self.errors = errors
         self.prefetch = prefetch
         self.lease_options = lease_options(lease)
-        self.stopping = queue._stopping
-        # Every write of the pool, one writer at a time, in one group: the handlers' steps
-        # and progress, the heartbeat's renewals, the threads' settles and claims. The
-        # thread that leads the next group serves them all, so a renewal never waits behind
-        # 200 threads (when it could, leases ran out and jobs ran twice).
-        self.writes = Leader(self.serve)
+        self.stopping = work.stopping
+        self.call = work
+        self.fail = work.fail
+        # Every write of the pool in one group: the handlers' steps and progress, the
+        # heartbeat's renewals, the threads' settles and claims. The thread that leads the
+        # next group serves them all, so a renewal never waits behind 200 threads (when it
+        # could, leases ran out and jobs ran twice). Only the leaders of the work() call's
+        # pools (one per queue) take its lock: one writer of this process at a time.
+        self.writes = Leader(self.serve, work.write_lock)
         self.pending_lock = threading.Lock()
         self.ahead: Deque[Run] = collections.deque()   # claimed ahead, not started (prefetch)
         self.unsettled: List[Tuple[Run, str, Any, float]] = []   # finished, to settle
-        self.heartbeat = _Heartbeat(connect, self.writes, self.flush, lease=lease_value(lease), fail=self.fail)
+        self.heartbeat = _Heartbeat(self.connect, self.writes, self.flush, lease=lease_value(lease), fail=self.fail)
         self.wake = threading.Condition()      # idle threads wait here for the waiter
-        self.idle = 0
+        self.asleep = False                    # in the waiter's list (its idle threads wait here)
         self.generation = 0                    # bumped each time the waiter wakes
         self.handled = 0
         self.running: set = set()              # runs whose handler is running (for stop's grace)
-        self.failure: Optional[BaseException] = None
         self.claim_sql = ""
+        self.threads: List[threading.Thread] = []
 
     # -- one worker thread ---------------------------------------------------------------
 
@@ -308,6 +325,7 @@ class _Pool:
         now = time.monotonic()
         with self.pending_lock:
             self.unsettled.extend((run, outcome, value, now) for run, outcome, value in done)
+        self.heartbeat.unsettled()
 
     def flush(self, conn: Any) -> None:
         with self.pending_lock:
@@ -376,7 +394,7 @@ class _Pool:
         if not batch:
             return
         want = sum(r.claim for r in batch)
-        args = claim_args(self.queue.name, self.worker, want, self.lease_options)
+        args = claim_args(self.name, self.worker, want, self.lease_options)
         with self.pending_lock:
             settles, self.unsettled = self.unsettled, []
 
@@ -394,51 +412,27 @@ class _Pool:
             request.done = True
 
     def wait_for_work(self) -> None:
-        """Sleep until the waiter's tq_wait returns (a job may be claimable) or stop."""
+        """Sleep until the waiter finds a job of this queue may be claimable, or stop. The
+        first thread to fall idle puts the pool to sleep in the waiter; no claim meanwhile:
+        tq_wait_any wakes for new jobs and for every due time (a scheduled job, a lease that
+        ran out, a rate window, a bound or a timeout)."""
         with self.wake:
-            self.idle += 1
-            self.wake.notify_all()
             seen = self.generation
+            if not self.asleep:
+                self.asleep = True
+                self.call.waiter.sleep(self.name, self.woke, self.call)
             while self.generation == seen and not self.stopping.is_set():
-                self.wake.wait(self.poll)
-            self.idle -= 1
+                self.wake.wait()
 
-    def fail(self, exc: BaseException) -> None:
+    def woke(self) -> None:            # the waiter's tq_wait_any named this queue
         with self.wake:
-            if self.failure is None:
-                self.failure = exc
-        self.stopping.set()
+            self.asleep = False
         self.wake_all()
 
     def wake_all(self) -> None:
         with self.wake:
             self.generation += 1
             self.wake.notify_all()
-
-    # -- the waiter: one tq_wait for every idle thread --------------------------------------
-
-    def waiter_main(self) -> None:
-        if self.stopping.is_set():
-            return  # stopped before this thread ran: open nothing
-        try:
-            conn = self.connect()
-        except BaseException as exc:   # work() raises it, rather than never waking
-            self.fail(exc)
-            return
-        try:
-            while not self.stopping.is_set():
-                with self.wake:
-                    while self.idle == 0 and not self.stopping.is_set():
-                        self.wake.wait(self.poll)
-                if self.stopping.is_set():
-                    return
-                # sleep without a lock until a job may be claimable, at most `poll`
-                wait_for_work(conn, self.queue.name, self.poll, self.stopping.is_set)
-                self.wake_all()
-        except BaseException as exc:
-            self.fail(exc)
-        finally:
-            conn.close()
 
     # -- stopping --------------------------------------------------------------------------
 
@@ -448,7 +442,7 @@ class _Pool:
         running and settle, on a connection of this thread, what their threads left."""
         for thread in threads:
             while thread.is_alive():
-                left = grace_left(self.queue._grace_ends)
+                left = grace_left(self.owner._grace_ends)
                 if left == 0.0:
                     break
                 thread.join(1.0 if left is None else min(left, 1.0))
@@ -466,23 +460,55 @@ class _Pool:
         finally:
             conn.close()
 
-    # -- the whole -------------------------------------------------------------------------
+    # -- starting --------------------------------------------------------------------------
 
-    def run(self) -> int:
+    def start(self) -> None:
         conn = self.connect()
         try:
             self.claim_sql = claim_sql(conn, self.lease_options)
         finally:
             conn.close()
-        threads = [threading.Thread(target=self.thread_main, name="tinyq-worker-%d" % i, daemon=True)
-                   for i in range(self.concurrency)]
-        waiter = threading.Thread(target=self.waiter_main, name="tinyq-waiter", daemon=True)
+        self.threads = [threading.Thread(target=self.thread_main, name="tinyq-worker-%d" % i, daemon=True)
+                        for i in range(self.concurrency)]
         self.heartbeat.start()
-        restore_signals = stop_on_signals(self.queue.stop)
+        for thread in self.threads:
+            thread.start()
+
+
+class _Work:
+    """One work() call: the pools of its queues, their one waiter, stop and signals. A
+    failure in any pool (or in the waiter) stops them all; work() raises the first."""
+
+    def __init__(self, owner: Any, path: str, connect: Callable[[], Any], worker: Optional[str], poll: float):
+        self.owner = owner                     # has _stopping (an Event), _grace_ends, stop()
+        self.path, self.poll = path, poll
+        self.connect = connect
+        self.worker = worker_name(worker)
+        self.stopping = owner._stopping
+        self.write_lock = threading.Lock()
+        self.failure: Optional[BaseException] = None
+        self.failure_lock = threading.Lock()
+        self.waiter: Any = None                # the process's for the file, while run() runs
+        self.pools: List[_Pool] = []
+
+    def fail(self, exc: BaseException) -> None:
+        with self.failure_lock:
+            if self.failure is None:
+                self.failure = exc
+        self.stopping.set()
+        for pool in self.pools:
+            pool.wake_all()
+
+    def run(self) -> Dict[str, int]:
+        self.waiter = _waiter.acquire(self, self.path, self.connect, self.poll, self.fail)
+        restore_signals = stop_on_signals(self.owner.stop)
         interrupted = False
         try:
-            for thread in threads + [waiter]:
-                thread.start()
+            try:
+                for pool in self.pools:
+                    pool.start()
+            except Exception as exc:           # no connection: the pools started stop too
+                self.fail(exc)
             while not self.stopping.wait(1.0):   # stop(), a signal, or a thread's failure
                 pass
         except BaseException:
@@ -495,28 +521,34 @@ class _Pool:
                 # not after a drain that may never end; it may have struck inside a lock's
                 # own code and left it held, so nothing here waits on one. The handlers are
                 # daemon threads, gone with the process; their leases end (DUR-02) or run out.
-                self.queue._stopping = threading.Event()
-                self.queue._grace_ends = None
+                self.owner._stopping = threading.Event()
+                self.owner._grace_ends = None
         try:
             self.stopping.set()
-            self.wake_all()
-            self.drain(threads)        # claim nothing more; wait for the work in flight
-            self.heartbeat.close()
-            # The waiter ends within a tq_wait slice and closes its connection: once work()
-            # returns, nothing of it holds the file. It keeps this call's (set) stop event,
-            # while the next work() gets a fresh one.
-            if waiter.is_alive():
-                waiter.join(WAITER_JOIN_S)
+            last = _waiter.release(self, self.waiter)
+            for pool in self.pools:
+                pool.wake_all()
+            for pool in self.pools:
+                pool.drain(pool.threads)   # claim nothing more; wait for the work in flight
+                if pool.heartbeat.is_alive():
+                    pool.heartbeat.close()
+            # The waiter, when this was the last work() on the file, ends within a
+            # tq_wait_any slice and closes its connection: once work() returns, nothing of
+            # it holds the file. The next work() gets a fresh stop event.
+            if last:
+                self.waiter.ended(WAITER_JOIN_S)
         finally:
-            self.queue._stopping = threading.Event()
-            self.queue._grace_ends = None
+            self.owner._stopping = threading.Event()
+            self.owner._grace_ends = None
         if self.failure is not None:
             raise self.failure
-        return self.handled
+        return {pool.name: pool.handled for pool in self.pools}
 
 
-def work_loop(queue: Any, handler: Callable[..., Any], connect: Callable[[], Any], concurrency: int = 1,
-              worker: Optional[str] = None, poll: float = 1.0, lease: Any = None,
-              errors: str = "message", prefetch: Any = "auto") -> int:
-    check_work_args(concurrency, errors, prefetch)
-    return _Pool(queue, handler, connect, concurrency, worker, poll, lease, errors, prefetch).run()
+def work_loop(owner: Any, queues: Dict[str, Tuple[Callable[..., Any], Dict[str, Any]]], path: str,
+              connect: Callable[[], Any], worker: Optional[str] = None, poll: float = 1.0) -> Dict[str, int]:
+    """Serve `queues` (name -> (handler, its options: concurrency, lease, errors, prefetch))
+    of the file `path` until owner.stop(), SIGTERM or SIGINT; how many jobs each claimed."""
+    work = _Work(owner, path, connect, worker, poll)
+    work.pools = [_Pool(work, name, handler, **opts) for name, (handler, opts) in queues.items()]
+    return work.run()

@@ -23,7 +23,7 @@ async function handler(payload, run) {
   }
   if (handlerSpec.sleep_ms) {
     await new Promise((resolve) => setTimeout(resolve, handlerSpec.sleep_ms));
-    if (spec.stop) record(run, 'end');
+    if (spec.stop || spec.queues) record(run, 'end');
   }
   if ('snooze' in handlerSpec) run.snooze(handlerSpec.snooze);
   if (handlerSpec.durable_sleep_ms) await run.sleep('nap', handlerSpec.durable_sleep_ms);
@@ -32,6 +32,13 @@ async function handler(payload, run) {
 }
 
 console.log('working');
+if (spec.queues) { // one work() for all of them; SIGTERM stops it
+  const queues = Object.fromEntries(Object.entries(spec.queues).map(([name, opts]) => [name, [handler, opts]]));
+  new tinyq.Worker(db, queues, { ...spec.work, handleSignals: true }).work()
+    .then((counts) => console.log(`returned ${Object.values(counts).reduce((a, b) => a + b, 0)}`),
+      (err) => console.log(`raised ${err.message}`));
+  return;
+}
 const queue = new tinyq.Queue(db, 'q');
 if (spec.stop) process.on('SIGTERM', () => queue.stop({ timeout: spec.stop.timeout_ms }));
 queue.work(handler, { ...spec.work, handleSignals: !spec.stop })

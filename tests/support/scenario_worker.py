@@ -61,13 +61,16 @@ def threads(db, log, spec):
             time.sleep(0.02)
         if handler_spec.get("sleep_ms"):
             time.sleep(handler_spec["sleep_ms"] / 1000.0)
-            if "stop" in spec:
+            if "stop" in spec or "queues" in spec:
                 record(log, run, "end")
         if "snooze" in handler_spec:
             run.snooze(handler_spec["snooze"])
         if handler_spec.get("durable_sleep_ms"):
             run.sleep("nap", handler_spec["durable_sleep_ms"])
         return result_of(handler_spec)
+    if "queues" in spec:     # one work() for all of them; SIGTERM stops it
+        queues = {name: (handler, opts) for name, opts in spec["queues"].items()}
+        return sum(tinyq.Worker(db, queues, **work_options(spec)).work().values())
     queue = tinyq.Queue(db, "q")
     if "stop" not in spec:
         return queue.work(handler, **work_options(spec))
@@ -109,6 +112,8 @@ def asyncio_(db, log, spec):
                 record(log, run, "end")
             else:
                 await asyncio.sleep(handler_spec["sleep_ms"] / 1000.0)
+                if "queues" in spec:
+                    record(log, run, "end")
         if "snooze" in handler_spec:
             run.snooze(handler_spec["snooze"])
         if handler_spec.get("durable_sleep_ms"):
@@ -116,6 +121,9 @@ def asyncio_(db, log, spec):
         return result_of(handler_spec)
 
     async def main():
+        if "queues" in spec:
+            queues = {name: (handler, opts) for name, opts in spec["queues"].items()}
+            return sum((await tinyq.AsyncWorker(db, queues, **work_options(spec)).work()).values())
         queue = tinyq.AsyncQueue(db, "q")
         if "stop" in spec:   # the app's own handler: work() calls it after its own stop()
             asyncio.get_running_loop().add_signal_handler(
