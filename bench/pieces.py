@@ -128,7 +128,7 @@ def main():
     ext = os.path.join(WORK, "pieces", "tinyq")
     os.makedirs(os.path.dirname(ext), exist_ok=True)
     shutil.copyfile(args.ext, ext + ".so")
-    print("| system | add | claim | settle | total | total/floor's |")
+    print("| system | add | claim | settle | total | floor/this |")
     print("|---|---|---|---|---|---|")
     floor_total = None
     rows = [] if args.only == "tinyq" else [
