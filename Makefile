@@ -134,8 +134,12 @@ soak: deps $(EXT) node/node_modules
 # BENCH_BEFORE: the helpers as of that commit are measured beside the current ones in
 # bench/workers.py (the last commit before group commit, issue 25: its "before").
 BENCH_BEFORE ?= 783af4e
+# LIFECYCLE_BEFORE: the path of an older build's tinyq.so (for example a copy of main's);
+# bench/lifecycle.py then runs it and this one side by side ("before", "after").
+LIFECYCLE_BEFORE ?=
+LIFECYCLE_BUILDS = $(if $(LIFECYCLE_BEFORE),--ext before=$(LIFECYCLE_BEFORE) --ext after=$(EXT))
 bench: deps $(EXT) node/node_modules
-	$(PY) bench/lifecycle.py
+	$(PY) bench/lifecycle.py $(LIFECYCLE_BUILDS)
 	$(PY) bench/lifecycle.py --floor-variants
 	$(PY) bench/peers.py
 	$(PY) bench/workers.py --before $(BENCH_BEFORE)
@@ -145,7 +149,7 @@ bench: deps $(EXT) node/node_modules
 	$(PY) bench/durability.py
 
 bench-quick: deps $(EXT) node/node_modules
-	$(PY) bench/lifecycle.py --quick
+	$(PY) bench/lifecycle.py --quick $(LIFECYCLE_BUILDS)
 	$(PY) bench/lifecycle.py --quick --floor-variants
 	$(PY) bench/peers.py --quick
 	$(PY) bench/workers.py --quick --before $(BENCH_BEFORE)
