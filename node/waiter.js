@@ -10,14 +10,14 @@ const { receiveMessageOnPort, workerData } = require('worker_threads');
 const { adapterOf, openWith } = require('./drivers.js');
 const { close, exec, one } = require('./sql.js');
 
-// How often the waiter looks at new sleepers and at close; tq_wait_any itself sleeps until
-// the store is written. A queue that falls idle while a call runs is not in its list until
-// the next call (whose first look sees what came meanwhile): after a wake-up, or while
-// queues keep falling idle, the calls are short, so that a worker whose handler just ended
-// waits little for its next job.
+// How often the waiter looks at close when every worker sleeps; tq_wait_any itself sleeps
+// until the store is written. A queue that falls idle while a call runs is not in its list
+// until the next call (whose first look sees what came meanwhile). So while any worker of
+// the file is awake (it may fall idle at any time), and a little after a wake-up, the calls
+// are short: a worker whose last job just ended waits little for its next one.
 const SLICE = 250;
 const SHORT_SLICE = 10;
-const BUSY_FOR = 200; // ms of short calls after the last wake-up or new sleeper
+const BUSY_FOR = 200; // ms of short calls after the last wake-up
 
 const { port, signal, poll } = workerData;
 const closed = () => Atomics.load(signal, 1) === 1;
@@ -31,14 +31,13 @@ if (!closed()) {
 
 const sleeping = new Set();
 let busyUntil = 0;
+let workers = 1; // the work() calls on the file, asleep or not ({ workers: n })
 
 /** Takes the messages sent since the last look; false once closed. */
 function take() {
   for (let m = receiveMessageOnPort(port); m !== undefined; m = receiveMessageOnPort(port)) {
-    if (m.message.sleep !== undefined) {
-      if (sleeping.size > 0) busyUntil = Date.now() + BUSY_FOR;
-      sleeping.add(m.message.sleep);
-    }
+    if (m.message.sleep !== undefined) sleeping.add(m.message.sleep);
+    if (m.message.workers !== undefined) workers = m.message.workers;
   }
   return !closed();
 }
@@ -62,7 +61,8 @@ if (db) {
         if (sleeping.size === 0) Atomics.wait(signal, 0, seen); // until a sleeper or close
         continue;
       }
-      const ready = waitAny(Date.now() < busyUntil ? SHORT_SLICE : SLICE);
+      const short = sleeping.size < workers || Date.now() < busyUntil;
+      const ready = waitAny(short ? SHORT_SLICE : SLICE);
       if (ready.length > 0) {
         for (const queue of ready) sleeping.delete(queue);
         busyUntil = Date.now() + BUSY_FOR;

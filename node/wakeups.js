@@ -48,6 +48,10 @@ function startThread(file, driver, poll) {
   worker.on('exit', () => died(null));
   return {
     sleeping: () => sleepers.size,
+    /** How many work() calls use the thread: while one is awake, its calls are short. */
+    workers(n) {
+      port1.postMessage({ workers: n });
+    },
     /** Resolves when a job of `queue` may be claimable (after `poll` ms once the thread is gone). */
     sleep(queue) {
       if (dead) return new Promise((resolve) => setTimeout(resolve, poll).unref());
@@ -86,6 +90,7 @@ function acquire(file, driver, poll) {
   }
   entry.users += 1;
   const { waiter } = entry;
+  waiter.workers(entry.users);
   let released = false;
   return {
     sleep: (queue) => waiter.sleep(queue),
@@ -93,7 +98,10 @@ function acquire(file, driver, poll) {
       if (released) return;
       released = true;
       entry.users -= 1;
-      if (entry.users > 0) return;
+      if (entry.users > 0) {
+        waiter.workers(entry.users);
+        return;
+      }
       shared.delete(key);
       await waiter.close();
     },

@@ -282,3 +282,43 @@ def test_tq_wait_any_refuses_a_bad_list_naming_it(db_path, queues, error):
         one(conn, "SELECT tq_wait_any(?, 0)", queues)
     assert str(raised.value).startswith("tq_wait_any: ") and error in str(raised.value)
     conn.close()
+
+
+def test_the_shared_waiter_sleeps_in_short_calls_while_one_of_its_pools_is_awake(db_path):
+    """A pool that falls idle while the waiter's tq_wait_any call runs joins only the next
+    call: while some pool it serves is awake, the calls are short (10 ms), so a queue that
+    just drained sees its next job soon; once every pool sleeps, long (250 ms). Read from
+    the calls' own arguments (the connection's trace), not from a clock."""
+    import re
+    sys.path.insert(0, os.path.join(ROOT, "python"))
+    from tinyq import _waiter
+
+    calls = []                     # (queues, timeout ms) of each tq_wait_any call
+
+    def traced(sql):
+        m = re.match(r"SELECT tq_wait_any\('(.*)', (\d+)\)$", sql)
+        if m:
+            calls.append((json.loads(m.group(1)), int(m.group(2))))
+
+    def connect_traced():
+        conn = connect(db_path)
+        conn.set_trace_callback(traced)
+        return conn
+
+    def wait_for(condition, what):
+        deadline = time.monotonic() + 60
+        while not condition():
+            assert time.monotonic() < deadline, what
+            time.sleep(0.01)
+
+    call = object()
+    waiter = _waiter.acquire(call, db_path, connect_traced, 1.0, lambda exc: None, pools=2)
+    try:
+        waiter.sleep("a", lambda: None, call)       # b is still awake
+        wait_for(lambda: len(calls) >= 3, "three tq_wait_any calls while b is awake")
+        assert calls[:3] == [(["a"], 10)] * 3, calls[:3]
+        waiter.sleep("b", lambda: None, call)       # now every pool sleeps
+        wait_for(lambda: (["a", "b"], 250) in calls, "a long call once every pool sleeps")
+    finally:
+        _waiter.release(call, waiter)
+        waiter.ended(5)

@@ -471,7 +471,7 @@ class _AsyncCall:
 
     async def run(self) -> Dict[str, int]:
         self.waiter = _waiter.acquire(self, self.path, self.connect, self.poll, self.failed_elsewhere,
-                                      name="tinyq-aio-waiter")
+                                      name="tinyq-aio-waiter", pools=len(self.works))
         restore = stop_on_signals(self.owner.stop, self.loop)
         tasks = [asyncio.ensure_future(self.run_one(work)) for work in self.works]
         try:     # the signals stay ours while the drains last: a second one ends them

@@ -20,12 +20,14 @@ from ._sql import _one
 
 log = logging.getLogger("tinyq")
 
-SLICE_S = 0.25    # how often the waiter looks at stop() and at pools that fell idle meanwhile
+SLICE_S = 0.25    # how often the waiter looks at stop() when every pool is asleep
 # A pool that falls idle while tq_wait_any runs is not in its list until the next call (whose
-# first look sees what came meanwhile): after a wake-up, or while pools keep falling idle,
-# the calls are short, so that a pool whose handler just ended waits little for its next job.
+# first look sees what came meanwhile). So while any pool it serves is awake (it may fall
+# idle at any time), and a little after a wake-up, the calls are short: a pool whose last
+# job just ended waits little for its next one. Once every pool sleeps, none can fall idle
+# unseen, and the calls are long.
 SHORT_SLICE_S = 0.01
-BUSY_FOR_S = 0.2  # how long short calls go on after the last wake-up or new idle pool
+BUSY_FOR_S = 0.2  # how long short calls go on after the last wake-up
 
 
 class Waiter(threading.Thread):
@@ -41,6 +43,7 @@ class Waiter(threading.Thread):
         self._sleepers: Dict[str, List[Tuple[Any, Callable[[], None]]]] = {}
         self._fails: Dict[Any, Callable[[BaseException], None]] = {}   # work() call -> its fail
         self._busy_until = 0.0     # monotonic: short calls until then
+        self._pools: Dict[Any, int] = {}   # work() call -> how many pools it has (asleep or not)
         self._closed = False
         self.users = 0             # work() calls that hold it (acquire / release)
         self.key: Any = None       # its place in _SHARED
@@ -49,8 +52,6 @@ class Waiter(threading.Thread):
         """The pool of `queue` (of the work() `call`) is idle: call woke() (on this thread)
         once a job of it may be claimable. A pool sleeps once at a time."""
         with self._cond:
-            if self._sleepers:
-                self._busy_until = time.monotonic() + BUSY_FOR_S   # not in the running call
             self._sleepers.setdefault(queue, []).append((call, woke))
             self._cond.notify()
             if self.ident is None and not self._closed:
@@ -82,7 +83,8 @@ class Waiter(threading.Thread):
                     if self._closed:
                         return
                     queues = list(self._sleepers)
-                    short = time.monotonic() < self._busy_until
+                    asleep = sum(len(pools) for pools in self._sleepers.values())
+                    short = asleep < sum(self._pools.values()) or time.monotonic() < self._busy_until
                 ready = self._wait(conn, queues, SHORT_SLICE_S if short else SLICE_S)
                 with self._cond:
                     woken = [woke for q in ready for _, woke in self._sleepers.pop(q, [])]
@@ -106,6 +108,7 @@ class Waiter(threading.Thread):
         """`call` has ended: its pools' wake-ups and its fail go."""
         with self._cond:
             self._fails.pop(call, None)
+            self._pools.pop(call, None)
             for queue in list(self._sleepers):
                 self._sleepers[queue] = [(c, woke) for c, woke in self._sleepers[queue] if c is not call]
                 if not self._sleepers[queue]:
@@ -130,10 +133,11 @@ _SHARED_LOCK = threading.Lock()
 
 
 def acquire(call: Any, path: str, connect: Callable[[], Any], poll: float,
-            fail: Callable[[BaseException], None], name: str = "tinyq-waiter") -> Waiter:
-    """The process's waiter for `path`, for the work() `call` (whose `fail` hears the
-    waiter's failure); made, with `connect` and `poll`, by the first call. A forked child
-    gets its own (the key holds the pid)."""
+            fail: Callable[[BaseException], None], name: str = "tinyq-waiter",
+            pools: int = 1) -> Waiter:
+    """The process's waiter for `path`, for the work() `call` of `pools` queues (whose
+    `fail` hears the waiter's failure); made, with `connect` and `poll`, by the first call.
+    A forked child gets its own (the key holds the pid)."""
     key = (os.getpid(), name, os.path.realpath(path))
     with _SHARED_LOCK:
         waiter = _SHARED.get(key)
@@ -143,6 +147,7 @@ def acquire(call: Any, path: str, connect: Callable[[], Any], poll: float,
         waiter.users += 1
         with waiter._cond:
             waiter._fails[call] = fail
+            waiter._pools[call] = pools
     return waiter
 
 

@@ -500,7 +500,8 @@ class _Work:
             pool.wake_all()
 
     def run(self) -> Dict[str, int]:
-        self.waiter = _waiter.acquire(self, self.path, self.connect, self.poll, self.fail)
+        self.waiter = _waiter.acquire(self, self.path, self.connect, self.poll, self.fail,
+                                      pools=len(self.pools))
         restore_signals = stop_on_signals(self.owner.stop)
         interrupted = False
         try:
