@@ -14,7 +14,8 @@ file under bench/work/ (WAL, synchronous=NORMAL, Python's sqlite3):
   plain        claim(1)+settle with N waiting (one job added, untimed, before each)
 
 Each case reports the median milliseconds per call over a round (at most ROUND_S seconds
-or CALLS calls) and its ratio to the same case at 1,000. Several builds can be compared
+or CALLS calls) and its ratio to the same case at 1,000, and the VM steps per call of
+tinyq's statements (tq_statements), which do not depend on the machine's load. Several builds can be compared
 in one run (--ext name=path, e.g. the build before and after a change); each is loaded
 from a private copy. Writes bench/results/scale.md and, when matplotlib is importable
 (peers.py sets up bench/work/venv with it), bench/results/scale.png.
@@ -135,18 +136,26 @@ def measure(ext, case, n):
     call, before_each = CASES[case](db, n)
     setup_s = time.monotonic() - t0
     times = []
+    steps = 0
     start = time.monotonic()
     while len(times) < CALLS and time.monotonic() - start < ROUND_S:
         if before_each:
             before_each()
+        before = vm_steps(db)
         t = time.perf_counter()
         call()
         times.append((time.perf_counter() - t) * 1000)
+        steps += vm_steps(db) - before
     db.close()
     for suffix in ("", "-wal", "-shm"):
         if os.path.exists(path + suffix):
             os.remove(path + suffix)
-    return statistics.median(times[len(times) // 10:] or times), setup_s
+    return statistics.median(times[len(times) // 10:] or times), setup_s, steps / len(times)
+
+
+def vm_steps(db):
+    """The VM steps tinyq's statements ran so far on db (tq_statements): the work, beside the time."""
+    return db.execute("SELECT total(vm_steps) FROM tq_statements").fetchone()[0]
 
 
 def main():
@@ -175,19 +184,21 @@ def main():
     if args.cases:
         for case in [c for c in CASES if c not in args.cases.split(",")]:
             del CASES[case]
-    results = {}
+    results, work = {}, {}
     started = time.monotonic()
     for name, ext in builds:
         for case in CASES:
             for n in sizes:
-                ms, setup_s = measure(ext, case, n)
+                ms, setup_s, steps = measure(ext, case, n)
                 results[(name, case, n)] = ms
-                print(f"{name:>12} {case:>12} {n:>9}: {ms:8.3f} ms/call (store built in {setup_s:.1f}s)", flush=True)
-    report(builds, sizes, results, args.out, time.monotonic() - started)
+                work[(name, case, n)] = steps
+                print(f"{name:>12} {case:>12} {n:>9}: {ms:8.3f} ms/call, {steps:7.0f} VM steps/call"
+                      f" (store built in {setup_s:.1f}s)", flush=True)
+    report(builds, sizes, results, work, args.out, time.monotonic() - started)
     plot(builds, sizes, results, os.path.splitext(args.out)[0] + ".png")
 
 
-def report(builds, sizes, results, out, took_s):
+def report(builds, sizes, results, work, out, took_s):
     lines = [f"# tinyq scale benchmark ({datetime.date.today()}, bench/scale.py)", "",
              f"Machine: {platform.machine()}, {os.cpu_count()} cores, SQLite {sqlite3.sqlite_version}, "
              f"Python {platform.python_version()}; run took {took_s / 60:.1f} min.",
@@ -199,6 +210,13 @@ def report(builds, sizes, results, out, took_s):
         for case in CASES:
             base = results[(name, case, sizes[0])]
             cells = [f"{results[(name, case, n)]:.3f} ({results[(name, case, n)] / base:.2f}x)" for n in sizes]
+            lines.append(f"| {name} | {case} | " + " | ".join(cells) + " |")
+    lines += ["", "VM steps per call (tinyq's statements, tq_statements: the work, whatever the machine's load); "
+              "in brackets, the ratio to the same case at 1,000.", "", header, "|" + "---|" * (2 + len(sizes))]
+    for name, _ in builds:
+        for case in CASES:
+            base = work[(name, case, sizes[0])] or 1
+            cells = [f"{work[(name, case, n)]:.0f} ({work[(name, case, n)] / base:.2f}x)" for n in sizes]
             lines.append(f"| {name} | {case} | " + " | ".join(cells) + " |")
     with open(out, "w") as f:
         f.write("\n".join(lines) + "\n")

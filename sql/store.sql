@@ -1,6 +1,6 @@
--- tinyq store, version 7: what a new store is created with. A store made by an older
+-- tinyq store, version 8: what a new store is created with. A store made by an older
 -- tinyq is brought here by sql/migrate_N_to_M.sql instead (tests/fixtures/v1_store.sql to
--- tests/fixtures/v6_store.sql are versions 1 to 6 as they shipped).
+-- tests/fixtures/v7_store.sql are versions 1 to 7 as they shipped).
 -- Every object is named tinyq_*; nothing else is touched.
 -- Value columns are declared BLOB: no affinity, so text such as '0012' is kept as given.
 
@@ -125,8 +125,10 @@ CREATE INDEX tinyq_starts_queue ON tinyq_starts (queue, at, grp);
 -- claim moves `edge` to now - window and counts out, once each, the starts it passes.
 -- `gedge` is the same edge for the group rate window (the groups' own counts).
 -- `spill` (schema 5) says how the queue's line is counted for tq_get's `ahead`: NULL, one
--- bucket of at most 1024 jobs, counted by `queued`; otherwise by tinyq_buckets, and it is
--- what the latest change did there, for tinyq_counts_spilled to apply ('': nothing).
+-- bucket of at most 1024 jobs, counted by `queued`; otherwise cut into buckets (the
+-- long-lines block): the first counted by `front` and ending at next_*, the others by
+-- tinyq_buckets, and `spill` is what the latest change did to those, for
+-- tinyq_counts_spilled to apply ('': nothing more than `front`).
 CREATE TABLE tinyq_counts (
   queue     TEXT PRIMARY KEY,
   scheduled INTEGER NOT NULL DEFAULT 0,
@@ -137,37 +139,7 @@ CREATE TABLE tinyq_counts (
   started   INTEGER NOT NULL DEFAULT 0,
   edge      INTEGER,
   gedge     INTEGER
-, spill TEXT, blocked INTEGER NOT NULL DEFAULT 0) WITHOUT ROWID; -- spill: version 5, blocked: version 7, written as ADD COLUMN writes them
-
--- A line of over 1024 jobs, cut into buckets (schema 5), so that tq_get's `ahead` counts
--- rather than walks (COST-01; docs/design.md). A bucket starts at the job (priority,
--- run_at, seq) (NULL: the front of the line) whose claim-order key is `key` ('' for the
--- first bucket; printf('%08x%d%016x%016x', 2147483647 - priority, run_at >= 0, run_at, seq)
--- compares as (priority DESC, run_at, seq)); `n` counts the queued jobs, parked or not,
--- from its key to the next bucket's. A bucket over 1024 jobs is cut at its 512th; an empty
--- one goes (the first takes the next one's jobs); a line left with one bucket has no rows.
-CREATE TABLE tinyq_buckets (
-  queue    TEXT NOT NULL,
-  key      TEXT NOT NULL,
-  n        INTEGER,
-  priority INTEGER,
-  run_at   INTEGER,
-  seq      INTEGER,
-  PRIMARY KEY (queue, key)
-) WITHOUT ROWID;
-
--- The buckets of a line, in spans of 1 to 64 buckets (a second level, so that summing the
--- buckets before a job stays flat with the line): a span starts at `key` ('' the first)
--- and holds the buckets from there to the next span, `buckets` of them with `n` jobs in all.
--- Kept by the triggers on tinyq_buckets, from each row's change; a span over 64 buckets is
--- cut at its 33rd, an empty one goes.
-CREATE TABLE tinyq_spans (
-  queue   TEXT NOT NULL,
-  key     TEXT NOT NULL,
-  n       INTEGER,
-  buckets INTEGER,
-  PRIMARY KEY (queue, key)
-) WITHOUT ROWID;
+, spill TEXT, blocked INTEGER NOT NULL DEFAULT 0, front INTEGER, next_priority INTEGER, next_run_at INTEGER, next_seq INTEGER) WITHOUT ROWID; -- spill: version 5, blocked: version 7, front and next_*: version 8 (the long-lines block), written as ADD COLUMN writes them
 
 -- One row per group of a queue with group limits that has due or running jobs: its
 -- running leases, its starts with at > the queue's gedge, and its head (the one job of
@@ -208,8 +180,10 @@ CREATE TRIGGER tinyq_jobs_added AFTER INSERT ON tinyq_jobs BEGIN
   UPDATE tinyq_counts SET scheduled = scheduled + (NEW.status = 'scheduled'), queued = queued + (NEW.status = 'queued'),
     blocked = blocked + (NEW.status = 'blocked'),
     spill = CASE WHEN NEW.status IS NOT 'queued' THEN CASE WHEN spill IS NULL THEN NULL ELSE '' END
-                 WHEN spill IS NOT NULL THEN '+' || printf('%08x%d%016x%016x', 2147483647 - NEW.priority, NEW.run_at >= 0, NEW.run_at, NEW.seq + (spill IS NULL))
-                 WHEN queued >= 1024 THEN '*' END
+                 WHEN spill IS NULL THEN CASE WHEN queued >= 1024 THEN '>' END
+                 WHEN (next_priority, NEW.run_at, NEW.seq) >= (NEW.priority, next_run_at, next_seq) THEN '+' || printf('%08x%d%016x%016x', 2147483647 - NEW.priority, NEW.run_at >= 0, NEW.run_at, NEW.seq + (spill IS NULL))
+                 WHEN front >= 1024 THEN '>' ELSE '' END,
+    front = CASE WHEN spill IS NULL THEN NULL ELSE front + (NEW.status = 'queued' AND (next_priority, NEW.run_at, NEW.seq) < (NEW.priority, next_run_at, next_seq)) END
   WHERE queue = NEW.queue;
 END;
 
@@ -230,21 +204,90 @@ WHEN OLD.status IS NOT NEW.status OR OLD.attempt IS NOT NEW.attempt BEGIN
     done = done + (NEW.status = 'done') - (OLD.status = 'done'),
     failed = failed + (NEW.status = 'failed') - (OLD.status = 'failed'),
     blocked = blocked + (NEW.status = 'blocked') - (OLD.status = 'blocked'),
-    spill = CASE WHEN spill IS NULL THEN CASE WHEN NEW.status = 'queued' AND queued >= 1024 THEN '*' END
-                 WHEN NEW.status = 'queued' THEN '+' || printf('%08x%d%016x%016x', 2147483647 - NEW.priority, NEW.run_at >= 0, NEW.run_at, NEW.seq + (spill IS NULL))
-                 WHEN OLD.status = 'queued' THEN '-' || printf('%08x%d%016x%016x', 2147483647 - OLD.priority, OLD.run_at >= 0, OLD.run_at, OLD.seq + (spill IS NULL)) ELSE '' END
+    spill = CASE WHEN spill IS NULL THEN CASE WHEN NEW.status = 'queued' AND queued >= 1024 THEN '>' END
+                 WHEN NEW.status = 'queued' THEN CASE WHEN (next_priority, NEW.run_at, NEW.seq) >= (NEW.priority, next_run_at, next_seq) THEN '+' || printf('%08x%d%016x%016x', 2147483647 - NEW.priority, NEW.run_at >= 0, NEW.run_at, NEW.seq + (spill IS NULL))
+                                                      WHEN front >= 1024 THEN '>' ELSE '' END
+                 WHEN OLD.status = 'queued' THEN CASE WHEN (next_priority, OLD.run_at, OLD.seq) >= (OLD.priority, next_run_at, next_seq) THEN '-' || printf('%08x%d%016x%016x', 2147483647 - OLD.priority, OLD.run_at >= 0, OLD.run_at, OLD.seq + (spill IS NULL))
+                                                      WHEN front <= 1 THEN '<' ELSE '' END ELSE '' END,
+    front = CASE WHEN spill IS NULL THEN NULL
+                 WHEN NEW.status = 'queued' THEN front + ((next_priority, NEW.run_at, NEW.seq) < (NEW.priority, next_run_at, next_seq))
+                 WHEN OLD.status = 'queued' THEN front - ((next_priority, OLD.run_at, OLD.seq) < (OLD.priority, next_run_at, next_seq)) ELSE front END
   WHERE queue = NEW.queue AND OLD.status IS NOT NEW.status;
 END;
 
--- A change in a line cut into buckets: the job's bucket (the last one whose key is not
--- after its own) gains or loses it; '*': the line grew past 1024 jobs and is cut (its one
--- bucket gets a row, which tinyq_buckets_split then cuts; the '*' left in `spill` only says
--- "cut"). A trigger of its own, with a WHEN: a line of one bucket pays one test per change.
+-- ---- long-lines (schema 8): a long line's first bucket counted in tinyq_counts ----------
+-- A line of over 1024 jobs is cut into buckets (schema 5), so that tq_get's `ahead` counts
+-- rather than walks (COST-01; docs/design.md, "tq_get's `ahead`"). The first bucket, from
+-- the front of the line, is where claims take their jobs: it has no row (schema 8). Its jobs
+-- are counted in tinyq_counts.front, and it ends where the second bucket starts, the job
+-- (next_priority, next_run_at, next_seq) of the same row. So a claim and a settle in a long
+-- line write nothing but the counts row they write anyway, and fire no trigger more than in
+-- a short one (schemas 5 to 7 kept the first bucket in a row, and each claim paid that row,
+-- its span and three triggers). Every other bucket is a row of tinyq_buckets: it starts at
+-- the job (priority, run_at, seq) whose claim-order key is `key`
+-- (printf('%08x%d%016x%016x', 2147483647 - priority, run_at >= 0, run_at, seq) compares as
+-- (priority DESC, run_at, seq)), and `n` counts the queued jobs, parked or not, from its key
+-- to the next row's. A bucket over 1024 jobs is cut at its 512th; an empty one goes (an empty
+-- first bucket takes the second's jobs, whose row goes); a line left with one bucket has no
+-- rows, and `front` and `next_*` NULL.
+CREATE TABLE tinyq_buckets (
+  queue    TEXT NOT NULL,
+  key      TEXT NOT NULL,
+  n        INTEGER,
+  priority INTEGER,
+  run_at   INTEGER,
+  seq      INTEGER,
+  PRIMARY KEY (queue, key)
+) WITHOUT ROWID;
+
+-- The bucket rows of a line, in spans of 1 to 64 rows (a second level, so that summing the
+-- buckets before a job stays flat with the line): a span starts at `key` ('' the first)
+-- and holds the rows from there to the next span, `buckets` of them with `n` jobs in all.
+-- Kept by the triggers on tinyq_buckets, from each row's change; a span over 64 buckets is
+-- cut at its 33rd, an empty one goes (the next one becomes '' when the first goes).
+CREATE TABLE tinyq_spans (
+  queue   TEXT NOT NULL,
+  key     TEXT NOT NULL,
+  n       INTEGER,
+  buckets INTEGER,
+  PRIMARY KEY (queue, key)
+) WITHOUT ROWID;
+
+-- What a change did to a line cut into buckets (tinyq_counts.spill, set by the jobs'
+-- triggers): '+key' or '-key', the bucket row holding key (the last whose key is not after
+-- it) gains or loses a job; '>', the first bucket is over 1024 jobs, or '<', it is empty
+-- (tinyq_buckets_front, below, cuts it or gives it the second's jobs; the UPDATE then finds
+-- no row for them: no key is before ''). A trigger of its own, with a WHEN and a body
+-- as small as schema 7's: a claim or a settle in a line of any length pays one test, while
+-- the job is in the first bucket.
 CREATE TRIGGER tinyq_counts_spilled AFTER UPDATE OF spill ON tinyq_counts WHEN NEW.spill <> '' BEGIN
-  INSERT OR IGNORE INTO tinyq_buckets (queue, key, n) SELECT NEW.queue, '', NEW.queued - 1 WHERE NEW.spill = '*';
+  INSERT OR IGNORE INTO tinyq_buckets (queue, key, n) SELECT NEW.queue, '', 0 WHERE NEW.spill = '>' OR NEW.spill = '<';
   UPDATE tinyq_buckets SET n = n + CASE WHEN NEW.spill LIKE '-%' THEN -1 ELSE 1 END
-  WHERE queue = NEW.queue AND key = CASE WHEN NEW.spill = '*' THEN '' ELSE (
-    SELECT key FROM tinyq_buckets WHERE queue = NEW.queue AND key <= substr(NEW.spill, 2) ORDER BY key DESC LIMIT 1) END;
+  WHERE queue = NEW.queue AND key = (
+    SELECT key FROM tinyq_buckets WHERE queue = NEW.queue AND key <= substr(NEW.spill, 2) ORDER BY key DESC LIMIT 1);
+END;
+
+-- The first bucket's turn (tinyq_counts_spilled adds a row '' for it, which goes at once):
+-- over 1024 jobs (`front` NULL: the line just grew past 1024), it is cut at its 512th job,
+-- the new row starting at its 513th (the INSERT comes first: see docs/design.md); empty, it
+-- takes the second's jobs, whose row is emptied, so it goes (tinyq_buckets_counted). On
+-- tinyq_buckets rather than in tinyq_counts_spilled's body: SQLite starts a fired trigger's
+-- program, sized for its whole body, before it tests the WHEN, and that one fires for
+-- every change of a job.
+CREATE TRIGGER tinyq_buckets_front AFTER INSERT ON tinyq_buckets WHEN NEW.key = '' BEGIN
+  INSERT INTO tinyq_buckets (queue, key, n, priority, run_at, seq)
+  SELECT NEW.queue, printf('%08x%d%016x%016x', 2147483647 - j.priority, j.run_at >= 0, j.run_at, j.seq),
+         c.jobs - 512, j.priority, j.run_at, j.seq
+  FROM (SELECT ifnull(front, queued) AS jobs FROM tinyq_counts WHERE queue = NEW.queue AND ifnull(front, queued) > 1024) AS c,
+       (SELECT priority, run_at, seq FROM tinyq_jobs WHERE status = 'queued' AND queue = NEW.queue AND parked = 0
+        UNION ALL SELECT priority, run_at, seq FROM tinyq_jobs WHERE status = 'queued' AND queue = NEW.queue AND parked = 1
+        ORDER BY 1 DESC, 2, 3 LIMIT 1 OFFSET 512) AS j;
+  DELETE FROM tinyq_buckets WHERE queue = NEW.queue AND key = '';
+  UPDATE tinyq_counts SET front = 512,
+    (next_priority, next_run_at, next_seq) = (SELECT priority, run_at, seq FROM tinyq_buckets WHERE queue = NEW.queue ORDER BY key LIMIT 1)
+  WHERE queue = NEW.queue AND ifnull(front, queued) > 1024;
+  UPDATE tinyq_buckets SET n = 0 WHERE queue = NEW.queue AND key = (SELECT min(key) FROM tinyq_buckets WHERE queue = NEW.queue)
+    AND (SELECT front FROM tinyq_counts WHERE queue = NEW.queue) = 0;
 END;
 
 -- A bucket over 1024 jobs is cut at its 512th in line (the two ranges of the claim index,
@@ -270,22 +313,33 @@ CREATE TRIGGER tinyq_buckets_split AFTER UPDATE OF n ON tinyq_buckets WHEN NEW.n
 END;
 
 -- A bucket's jobs, and the bucket itself, count in its span: the last one whose key is not
--- after its own (the first bucket makes the first span).
-CREATE TRIGGER tinyq_buckets_added AFTER INSERT ON tinyq_buckets BEGIN
-  INSERT OR IGNORE INTO tinyq_spans (queue, key, n, buckets) SELECT NEW.queue, '', 0, 0 WHERE NEW.key = '';
+-- after its own (the first row of a line makes the first span, '').
+CREATE TRIGGER tinyq_buckets_added AFTER INSERT ON tinyq_buckets WHEN NEW.key <> '' BEGIN
+  INSERT OR IGNORE INTO tinyq_spans (queue, key, n, buckets) VALUES (NEW.queue, '', 0, 0);
   UPDATE tinyq_spans SET n = n + NEW.n, buckets = buckets + 1 WHERE queue = NEW.queue AND key = (SELECT key FROM tinyq_spans WHERE queue = NEW.queue AND key <= NEW.key ORDER BY key DESC LIMIT 1);
 END;
 
+-- A bucket row's change counts in its span; an empty row goes (its jobs, if any, to an empty
+-- first bucket: tinyq_buckets_front), and the first bucket then ends where the first row left starts; a line left with no rows is one bucket, counted by
+-- tinyq_counts.queued alone again. One trigger, in this order: SQLite fires the triggers of
+-- one change newest first, so an emptied row deleted by a trigger of its own would empty
+-- its span before the span's count was taken off.
 CREATE TRIGGER tinyq_buckets_counted AFTER UPDATE OF n ON tinyq_buckets WHEN NEW.n IS NOT OLD.n BEGIN
   UPDATE tinyq_spans SET n = n + NEW.n - OLD.n WHERE queue = NEW.queue AND key = (SELECT key FROM tinyq_spans WHERE queue = NEW.queue AND key <= NEW.key ORDER BY key DESC LIMIT 1);
+  UPDATE tinyq_counts SET front = OLD.n WHERE NEW.n = 0 AND queue = NEW.queue AND front = 0;
+  DELETE FROM tinyq_buckets WHERE NEW.n = 0 AND queue = NEW.queue AND key = NEW.key;
+  UPDATE tinyq_counts SET (next_priority, next_run_at, next_seq) =
+    (SELECT priority, run_at, seq FROM tinyq_buckets WHERE queue = NEW.queue ORDER BY key LIMIT 1)
+  WHERE NEW.n = 0 AND queue = NEW.queue;
+  UPDATE tinyq_counts SET spill = NULL, front = NULL WHERE NEW.n = 0 AND queue = NEW.queue AND next_seq IS NULL;
 END;
 
-CREATE TRIGGER tinyq_buckets_removed AFTER DELETE ON tinyq_buckets BEGIN
+CREATE TRIGGER tinyq_buckets_removed AFTER DELETE ON tinyq_buckets WHEN OLD.key <> '' BEGIN
   UPDATE tinyq_spans SET n = n - OLD.n, buckets = buckets - 1 WHERE queue = OLD.queue AND key = (SELECT key FROM tinyq_spans WHERE queue = OLD.queue AND key <= OLD.key ORDER BY key DESC LIMIT 1);
 END;
 
 -- A span over 64 buckets is cut at its 33rd (a walk of 32 rows, once per 32 buckets made);
--- an empty one goes (the first only when the line has no buckets left).
+-- an empty one goes, and when it was the first, the next one starts at '' instead.
 CREATE TRIGGER tinyq_spans_split AFTER UPDATE OF buckets ON tinyq_spans WHEN NEW.buckets > 64 BEGIN
   INSERT OR IGNORE INTO tinyq_spans (queue, key, n, buckets)
   SELECT NEW.queue, min(key), sum(n), count(*) FROM (SELECT key, n FROM tinyq_buckets
@@ -297,21 +351,11 @@ END;
 
 CREATE TRIGGER tinyq_spans_emptied AFTER UPDATE OF buckets ON tinyq_spans WHEN NEW.buckets = 0 BEGIN
   DELETE FROM tinyq_spans WHERE queue = NEW.queue AND key = NEW.key;
+  UPDATE tinyq_spans SET key = '' WHERE NEW.key = '' AND queue = NEW.queue
+    AND key = (SELECT min(key) FROM tinyq_spans WHERE queue = NEW.queue);
 END;
 
--- An empty bucket goes; when the first empties, the next one's jobs become the first's. A
--- line left with one bucket is counted by tinyq_counts alone again.
-CREATE TRIGGER tinyq_buckets_emptied AFTER UPDATE OF n ON tinyq_buckets WHEN NEW.n = 0 BEGIN
-  UPDATE tinyq_buckets SET n = (SELECT n FROM tinyq_buckets WHERE queue = NEW.queue AND key > '' ORDER BY key LIMIT 1)
-  WHERE NEW.key = '' AND queue = NEW.queue AND key = ''
-    AND EXISTS (SELECT 1 FROM tinyq_buckets WHERE queue = NEW.queue AND key > '');
-  DELETE FROM tinyq_buckets WHERE queue = NEW.queue AND key = CASE WHEN NEW.key <> '' THEN NEW.key
-    ELSE (SELECT min(key) FROM tinyq_buckets WHERE queue = NEW.queue AND key > '') END;
-  UPDATE tinyq_counts SET spill = NULL WHERE queue = NEW.queue
-    AND NOT EXISTS (SELECT 1 FROM tinyq_buckets WHERE queue = NEW.queue AND key > '');
-  DELETE FROM tinyq_buckets WHERE queue = NEW.queue
-    AND NOT EXISTS (SELECT 1 FROM tinyq_buckets WHERE queue = NEW.queue AND key > '');
-END;
+-- ---- end of the long-lines block ---------------------------------------------------------
 
 -- A group of a queue with group limits has a row: its running leases, its head, and
 -- `dirty` when its room or its due jobs changed (the next claim promotes its next head).
@@ -336,7 +380,8 @@ END;
 -- payload, time, priority and group. A change of status is logged and counted by
 -- tinyq_jobs_changed; without one, the event is logged here (detail {"replaced":true}), and
 -- a job that stays in a line cut into buckets joins its new place's bucket, then leaves its
--- old one's (in that order, so that no bucket is dropped while the line is still long).
+-- old one's (in that order, so that no bucket is dropped while the line is still long; one
+-- that stays in the first bucket changes neither, so no cut walks the line without it).
 -- The groups it leaves and joins are marked dirty (its old group's head cleared if it was
 -- that head), so the next claim promotes their heads (limits/groups.rs).
 CREATE TRIGGER tinyq_jobs_replaced AFTER UPDATE OF payload ON tinyq_jobs BEGIN
@@ -344,10 +389,15 @@ CREATE TRIGGER tinyq_jobs_replaced AFTER UPDATE OF payload ON tinyq_jobs BEGIN
   SELECT NEW.id, NEW.queue, CASE NEW.status WHEN 'queued' THEN 'waiting' ELSE NEW.status END,
          NEW.attempt, NEW.changed_at, NEW.note, OLD.last_event
   WHERE OLD.status IS NEW.status;
-  UPDATE tinyq_counts SET spill = '+' || printf('%08x%d%016x%016x', 2147483647 - NEW.priority, NEW.run_at >= 0, NEW.run_at, NEW.seq)
+  UPDATE tinyq_counts SET spill = CASE WHEN (next_priority, NEW.run_at, NEW.seq) >= (NEW.priority, next_run_at, next_seq) THEN '+' || printf('%08x%d%016x%016x', 2147483647 - NEW.priority, NEW.run_at >= 0, NEW.run_at, NEW.seq)
+                                  WHEN (next_priority, OLD.run_at, OLD.seq) < (OLD.priority, next_run_at, next_seq) OR front < 1024 THEN '' ELSE '>' END,
+    front = front + ((next_priority, NEW.run_at, NEW.seq) < (NEW.priority, next_run_at, next_seq) AND (next_priority, OLD.run_at, OLD.seq) >= (OLD.priority, next_run_at, next_seq))
   WHERE queue = NEW.queue AND spill IS NOT NULL AND OLD.status = 'queued' AND NEW.status = 'queued';
-  UPDATE tinyq_counts SET spill = '-' || printf('%08x%d%016x%016x', 2147483647 - OLD.priority, OLD.run_at >= 0, OLD.run_at, OLD.seq)
-  WHERE queue = NEW.queue AND spill IS NOT NULL AND OLD.status = 'queued' AND NEW.status = 'queued';
+  UPDATE tinyq_counts SET spill = CASE WHEN (next_priority, OLD.run_at, OLD.seq) >= (OLD.priority, next_run_at, next_seq) THEN '-' || printf('%08x%d%016x%016x', 2147483647 - OLD.priority, OLD.run_at >= 0, OLD.run_at, OLD.seq)
+                                  WHEN front <= 1 THEN '<' ELSE '' END,
+    front = front - ((next_priority, OLD.run_at, OLD.seq) < (OLD.priority, next_run_at, next_seq))
+  WHERE queue = NEW.queue AND spill IS NOT NULL AND OLD.status = 'queued' AND NEW.status = 'queued'
+    AND NOT ((next_priority, OLD.run_at, OLD.seq) < (OLD.priority, next_run_at, next_seq) AND (next_priority, NEW.run_at, NEW.seq) < (NEW.priority, next_run_at, next_seq));
   UPDATE tinyq_groups SET head = CASE WHEN head = OLD.seq THEN NULL ELSE head END, dirty = 1
   WHERE queue = OLD.queue AND grp = OLD.grp;
   INSERT INTO tinyq_groups (queue, grp, dirty) SELECT NEW.queue, NEW.grp, 1 WHERE NEW.parked = 1
@@ -365,7 +415,10 @@ CREATE TRIGGER tinyq_jobs_removed AFTER DELETE ON tinyq_jobs BEGIN
   UPDATE tinyq_counts SET done = done - (OLD.status = 'done'), failed = failed - (OLD.status = 'failed'),
     scheduled = scheduled - (OLD.status = 'scheduled'), queued = queued - (OLD.status = 'queued'),
     running = running - (OLD.status = 'running'), blocked = blocked - (OLD.status = 'blocked'),
-    spill = CASE WHEN spill IS NULL THEN NULL WHEN OLD.status = 'queued' THEN '-' || printf('%08x%d%016x%016x', 2147483647 - OLD.priority, OLD.run_at >= 0, OLD.run_at, OLD.seq + (spill IS NULL)) ELSE '' END
+    spill = CASE WHEN spill IS NULL THEN NULL
+                 WHEN OLD.status = 'queued' THEN CASE WHEN (next_priority, OLD.run_at, OLD.seq) >= (OLD.priority, next_run_at, next_seq) THEN '-' || printf('%08x%d%016x%016x', 2147483647 - OLD.priority, OLD.run_at >= 0, OLD.run_at, OLD.seq + (spill IS NULL))
+                                                      WHEN front <= 1 THEN '<' ELSE '' END ELSE '' END,
+    front = CASE WHEN spill IS NULL THEN NULL ELSE front - (OLD.status = 'queued' AND (next_priority, OLD.run_at, OLD.seq) < (OLD.priority, next_run_at, next_seq)) END
   WHERE queue = OLD.queue AND OLD.status <> 'cancelled';
 END;
 

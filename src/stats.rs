@@ -130,81 +130,111 @@ fn sum_before(before: &mut Stmt, after: &mut Stmt, both: i64) -> Result<i64> {
     }
 }
 
-/// The bucket of the line that holds `place`: its key, its jobs, where it starts and where
-/// the next one starts. A line without bucket rows is one bucket of `total` jobs.
+/// Does `a` come before `b` in claim order (JOB-01: priority first, highest first)?
+fn precedes(a: Place, b: Place) -> bool {
+    a.0 > b.0 || (a.0 == b.0 && (a.1, a.2) < (b.1, b.2))
+}
+
+/// A queue's line as tinyq_counts keeps it: its jobs, and its first bucket's jobs and end
+/// (the start of the first bucket row). A line without bucket rows is one bucket of all.
+struct Line {
+    total: i64,
+    front: i64,
+    first_end: Place,
+}
+
+fn line(conn: &Conn, queue: &str) -> Result<Line> {
+    let found = conn.row(
+        "SELECT queued, front, next_priority, next_run_at, next_seq FROM tinyq_counts WHERE queue = ?1",
+        &[&queue],
+        |st| {
+            let total = st.int(0);
+            match st.opt_int(1) {
+                Some(front) => Line { total, front, first_end: (st.int(2), st.int(3), st.int(4)) },
+                None => Line { total, front: total, first_end: END },
+            }
+        },
+    )?;
+    Ok(found.unwrap_or(Line { total: 0, front: 0, first_end: END }))
+}
+
+/// A bucket with a row that holds a job: its key, its jobs, where it starts and where the
+/// next one starts; and its span's key and the next span's ('~' for none).
 struct Bucket {
     key: String,
     n: i64,
     start: Place,
     end: Place,
+    span: String,
+    next_span: String,
 }
 
-fn bucket_of(conn: &Conn, queue: &str, place: Place, total: i64) -> Result<Bucket> {
-    let found = conn.row(
-        "SELECT key, n, priority, run_at, seq FROM tinyq_buckets WHERE queue = ?1
-         AND key <= printf('%08x%d%016x%016x', 2147483647 - ?2, ?3 >= 0, ?3, ?4) ORDER BY key DESC LIMIT 1",
+/// One statement: the last bucket row not after `place`, the row after it, and its span.
+fn bucket_of(conn: &Conn, queue: &str, place: Place) -> Result<Option<Bucket>> {
+    conn.row(
+        "SELECT b.key, b.n, b.priority, b.run_at, b.seq, x.priority, x.run_at, x.seq, s.key,
+                ifnull((SELECT min(key) FROM tinyq_spans WHERE queue = ?1 AND key > s.key), '~')
+         FROM (SELECT key, n, priority, run_at, seq FROM tinyq_buckets WHERE queue = ?1
+               AND key <= printf('%08x%d%016x%016x', 2147483647 - ?2, ?3 >= 0, ?3, ?4) ORDER BY key DESC LIMIT 1) AS b
+         LEFT JOIN tinyq_buckets AS x ON x.queue = ?1
+               AND x.key = (SELECT min(key) FROM tinyq_buckets WHERE queue = ?1 AND key > b.key)
+         JOIN tinyq_spans AS s ON s.queue = ?1
+               AND s.key = (SELECT max(key) FROM tinyq_spans WHERE queue = ?1 AND key <= b.key)",
         &[&queue, &place.0, &place.1, &place.2],
         |st| Bucket {
             key: st.text(0).unwrap_or_default(),
             n: st.int(1),
-            start: st.opt_int(2).map_or(FRONT, |p| (p, st.int(3), st.int(4))),
-            end: END,
+            start: (st.int(2), st.int(3), st.int(4)),
+            end: st.opt_int(5).map_or(END, |p| (p, st.int(6), st.int(7))),
+            span: st.text(8).unwrap_or_default(),
+            next_span: st.text(9).unwrap_or_default(),
         },
-    )?;
-    let mut b = found.unwrap_or(Bucket { key: String::new(), n: total, start: FRONT, end: END });
-    b.end = conn
-        .row(
-            "SELECT priority, run_at, seq FROM tinyq_buckets WHERE queue = ?1 AND key > ?2 ORDER BY key LIMIT 1",
-            &[&queue, &b.key],
-            |st| (st.int(0), st.int(1), st.int(2)),
-        )?
-        .unwrap_or(END);
-    Ok(b)
+    )
 }
 
-/// The jobs of the buckets before the bucket at `key` (`n` jobs; `total` in the line): those
-/// of the spans before its span, then those of its span's buckets before it, each summed
-/// from whichever side has fewer rows (at most 32 buckets; spans: one per 16k jobs or more).
-fn jobs_before(conn: &Conn, queue: &str, key: &str, n: i64, total: i64) -> Result<i64> {
-    let Some((span, span_n, next)) = conn.row(
-        "SELECT key, n, ifnull((SELECT min(key) FROM tinyq_spans WHERE queue = ?1 AND key > ?2), '~')
-         FROM tinyq_spans WHERE queue = ?1 AND key <= ?2 ORDER BY key DESC LIMIT 1",
-        &[&queue, &key],
-        |st| (st.text(0).unwrap_or_default(), st.int(1), st.text(2).unwrap_or_default()),
-    )?
-    else {
-        return Ok(0); // no buckets: the line is one
-    };
-    let mut before = conn.query("SELECT n FROM tinyq_spans WHERE queue = ?1 AND key < ?2", &[&queue, &span])?;
-    let mut after = conn.query("SELECT n FROM tinyq_spans WHERE queue = ?1 AND key > ?2", &[&queue, &span])?;
-    let spans_before = sum_before(&mut before, &mut after, total - span_n)?;
-    drop((before, after));
-    let mut before =
-        conn.query("SELECT n FROM tinyq_buckets WHERE queue = ?1 AND key >= ?2 AND key < ?3", &[&queue, &span, &key])?;
-    let mut after =
-        conn.query("SELECT n FROM tinyq_buckets WHERE queue = ?1 AND key > ?2 AND key < ?3", &[&queue, &key, &next])?;
-    Ok(spans_before + sum_before(&mut before, &mut after, span_n - n)?)
+/// The jobs of the bucket rows before bucket `b` (`rows` jobs in all the rows): those of the
+/// spans before its span and of its span's rows before it, against those after it, summed
+/// from whichever side has fewer rows (spans: one per 16k jobs or more; at most 63 rows of
+/// its span).
+fn rows_before(conn: &Conn, queue: &str, b: &Bucket, rows: i64) -> Result<i64> {
+    let mut before = conn.query(
+        "SELECT n FROM tinyq_spans WHERE queue = ?1 AND key < ?2
+         UNION ALL SELECT n FROM tinyq_buckets WHERE queue = ?1 AND key >= ?2 AND key < ?3",
+        &[&queue, &b.span, &b.key],
+    )?;
+    let mut after = conn.query(
+        "SELECT n FROM tinyq_spans WHERE queue = ?1 AND key > ?2
+         UNION ALL SELECT n FROM tinyq_buckets WHERE queue = ?1 AND key > ?3 AND key < ?4",
+        &[&queue, &b.span, &b.key, &b.next_span],
+    )?;
+    sum_before(&mut before, &mut after, rows - b.n)
 }
 
 /// How many waiting jobs of the queue start before the job at `place`, per JOB-01 (`queued`:
 /// the job is in line; otherwise it is scheduled and due, not yet moved in line).
 ///
-/// The line is cut into buckets of 1 to 1024 jobs, counted (tinyq_buckets, kept by the
-/// triggers in sql/store.sql; a line of at most 1024 jobs is one bucket and has no rows).
-/// The jobs ahead are those of the buckets before the job's (counted by spans of buckets,
-/// tinyq_spans: jobs_before), and those of its own bucket before it, counted from whichever
-/// end of the bucket is nearer: at most 512 jobs. Due scheduled jobs ahead are counted over their own
-/// index range (only those since the queue's last claim).
+/// A line of over 1024 jobs is cut into buckets of 1 to 1024 jobs (the long-lines block of
+/// sql/store.sql): the first, where claims take their jobs, is counted in tinyq_counts; each
+/// other is a row of tinyq_buckets, and the rows are counted by spans (tinyq_spans). The
+/// jobs ahead are those of the buckets before the job's (none for a job of the first
+/// bucket; otherwise the first's and those of the rows before: rows_before), and those of
+/// its own bucket before it, counted from whichever end of the bucket is nearer: at most
+/// 512 jobs. Due scheduled jobs ahead are counted over their own index range (only those
+/// since the queue's last claim).
 pub fn ahead(conn: &Conn, queue: &str, place: Place, queued: bool, now: i64) -> Result<i64> {
     let (priority, run_at, seq) = place;
-    let total = conn.one_int("SELECT queued FROM tinyq_counts WHERE queue = ?1", &[&queue])?.unwrap_or(0);
-    let Bucket { key, n, start, end } = bucket_of(conn, queue, place, total)?;
+    let line = line(conn, queue)?;
+    let found = if precedes(place, line.first_end) { None } else { bucket_of(conn, queue, place)? };
+    let (n, start, end) = found.as_ref().map_or((line.front, FRONT, line.first_end), |b| (b.n, b.start, b.end));
     let (mut front, mut back) =
         (between(conn, queue, start, place)?, between(conn, queue, (priority, run_at, seq.saturating_add(1)), end)?);
     // The job itself is one of the bucket's `n` when it is in line.
     let in_bucket = sum_before(&mut front, &mut back, n - i64::from(queued))?;
     drop((front, back));
-    let buckets_before = jobs_before(conn, queue, &key, n, total)?;
+    let buckets_before = match &found {
+        None => 0,
+        Some(b) => line.front + rows_before(conn, queue, b, line.total - line.front)?,
+    };
     let due = conn
         .one_int(
             "SELECT count(*) FROM tinyq_jobs WHERE status = 'scheduled' AND queue = ?1 AND run_at <= ?5

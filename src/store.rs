@@ -7,7 +7,7 @@ use crate::sqlite::Conn;
 use crate::sqlite::{Error, Result};
 
 /// What a new store is created with, at this version.
-const STORE: Step = (7, include_str!("../sql/store.sql"), None);
+const STORE: Step = (8, include_str!("../sql/store.sql"), None);
 
 /// A version, the script that brings a store to it, and what tinyq does after the script.
 type Step = (i64, &'static str, Option<fn(&Conn) -> Result<()>>);
@@ -20,6 +20,7 @@ const MIGRATIONS: &[Step] = &[
     (5, include_str!("../sql/migrate_4_to_5.sql"), None),
     (6, include_str!("../sql/migrate_5_to_6.sql"), Some(marks::migrate)),
     (7, include_str!("../sql/migrate_6_to_7.sql"), None),
+    (8, include_str!("../sql/migrate_7_to_8.sql"), None),
 ];
 
 pub fn version() -> i64 {
@@ -32,22 +33,24 @@ pub fn script() -> &'static str {
 }
 
 /// Cuts every line of over 1024 queued jobs into buckets and spans again, from the rows, by
-/// the statements of the upgrade that introduced them (sql/migrate_4_to_5.sql: the ones
-/// before its triggers that write rows). Like that upgrade, this runs while the triggers
-/// of tinyq_buckets and tinyq_spans are absent (tq_check's recount drops them first).
+/// the statements of the upgrade that gave them their shape (sql/migrate_7_to_8.sql, its
+/// long-lines block: the ones before its first trigger that write rows). Like that upgrade,
+/// this runs while the triggers of tinyq_buckets and tinyq_spans are absent (tq_check's
+/// recount drops them first).
 pub fn recut_lines(conn: &Conn) -> Result<()> {
-    conn.exec_script("DELETE FROM tinyq_spans; DELETE FROM tinyq_buckets; UPDATE tinyq_counts SET spill = NULL;")?;
     for statement in cutting_statements() {
         conn.exec_script(statement)?;
     }
     Ok(())
 }
 
-/// The statements of sql/migrate_4_to_5.sql that fill tinyq_buckets, tinyq_counts.spill and
-/// tinyq_spans: those that write rows, before its first trigger.
+/// The statements of sql/migrate_7_to_8.sql's long-lines block that empty and fill
+/// tinyq_buckets, tinyq_spans and the line columns of tinyq_counts: those that write rows,
+/// before the block's first trigger.
 fn cutting_statements() -> Vec<&'static str> {
-    let script = MIGRATIONS.iter().find(|m| m.0 == 5).map_or("", |m| m.1);
-    let before_triggers = script.split("\nDROP TRIGGER").next().unwrap_or("");
+    let script = MIGRATIONS.iter().find(|m| m.0 == 8).map_or("", |m| m.1);
+    let block = script.split("\n-- ---- long-lines").nth(1).unwrap_or("");
+    let before_triggers = block.split("\nCREATE TRIGGER").next().unwrap_or("");
     before_triggers
         .split(";\n")
         .map(|s| s.trim_start_matches(|c: char| c.is_whitespace()))
@@ -59,7 +62,7 @@ fn cutting_statements() -> Vec<&'static str> {
             }
             rest.trim()
         })
-        .filter(|s| s.starts_with("INSERT INTO") || s.starts_with("UPDATE"))
+        .filter(|s| s.starts_with("INSERT INTO") || s.starts_with("UPDATE") || s.starts_with("DELETE FROM"))
         .collect()
 }
 
@@ -179,11 +182,14 @@ impl Conn {
 #[cfg(test)]
 mod tests {
     #[test]
-    fn the_cutting_statements_are_the_upgrades_three() {
+    fn the_cutting_statements_are_the_upgrades_six() {
         let found = super::cutting_statements();
-        assert_eq!(found.len(), 3, "{found:?}");
-        assert!(found[0].starts_with("INSERT INTO tinyq_buckets"));
-        assert!(found[1].starts_with("UPDATE tinyq_counts SET spill = ''"));
-        assert!(found[2].starts_with("INSERT INTO tinyq_spans"));
+        assert_eq!(found.len(), 6, "{found:?}");
+        assert!(found[0].starts_with("DELETE FROM tinyq_spans"));
+        assert!(found[1].starts_with("DELETE FROM tinyq_buckets"));
+        assert!(found[2].starts_with("UPDATE tinyq_counts SET spill = NULL"));
+        assert!(found[3].starts_with("INSERT INTO tinyq_buckets"));
+        assert!(found[4].starts_with("UPDATE tinyq_counts SET spill = ''"));
+        assert!(found[5].starts_with("INSERT INTO tinyq_spans"));
     }
 }

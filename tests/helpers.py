@@ -60,26 +60,32 @@ def line_key(priority, run_at, seq):
 
 
 def check_buckets(conn):
-    """Each queue's line is counted as sql/store.sql says (tinyq_buckets): one bucket of at
-    most 1024 jobs and no rows (`spill` NULL), or rows from key '', each starting at its own
-    key, holding 1 to 1024 queued jobs (parked or not), together all of them; and the spans
-    of those rows (tinyq_spans), from key '', each 1 to 64 of them and their jobs."""
+    """Each queue's line is counted as sql/store.sql says (its long-lines block): one bucket of
+    at most 1024 jobs and no rows (`spill`, `front` and next_* NULL), or a first bucket
+    counted by tinyq_counts.front (1 to 1024 jobs) ending where the first row of
+    tinyq_buckets starts (next_*), and rows each starting at its own key, holding 1 to 1024
+    queued jobs (parked or not), together all of them; and the spans of those rows
+    (tinyq_spans), from key '', each 1 to 64 of them and their jobs."""
     import bisect
     lines = {}
     for queue, p, r, s in conn.execute("SELECT queue, priority, run_at, seq FROM tinyq_jobs WHERE status = 'queued'"):
         lines.setdefault(queue, []).append(line_key(p, r, s))
-    for queue, queued, spill in conn.execute("SELECT queue, queued, spill FROM tinyq_counts"):
+    for queue, queued, spill, front, *first_end in conn.execute(
+            "SELECT queue, queued, spill, front, next_priority, next_run_at, next_seq FROM tinyq_counts"):
         rows = conn.execute("SELECT key, n, priority, run_at, seq FROM tinyq_buckets WHERE queue = ? ORDER BY key",
                             (queue,)).fetchall()
         keys = sorted(lines.get(queue, []))
         assert queued == len(keys), (queue, queued, len(keys))
         if not rows:
-            assert spill is None and queued <= 1024, (queue, spill, queued)
+            assert spill is None and front is None and first_end == [None] * 3 and queued <= 1024, \
+                (queue, spill, front, first_end, queued)
             continue
-        assert spill is not None and len(rows) >= 2 and rows[0][0] == "" and rows[0][2] is None, (queue, rows[:2])
+        assert spill is not None and first_end == list(rows[0][2:]), (queue, spill, first_end, rows[:1])
+        real_front = bisect.bisect_left(keys, rows[0][0])
+        assert front == real_front and 1 <= front <= 1024, (queue, front, real_front)
         starts = [k for k, *_ in rows]
         for i, (key, n, p, r, s) in enumerate(rows):
-            assert i == 0 or key == line_key(p, r, s), (queue, key, p, r, s)
+            assert key == line_key(p, r, s), (queue, key, p, r, s)
             end = starts[i + 1] if i + 1 < len(rows) else None
             real = (bisect.bisect_left(keys, end) if end else len(keys)) - bisect.bisect_left(keys, key)
             assert n == real and 1 <= n <= 1024, (queue, key, n, real)

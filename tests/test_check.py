@@ -45,7 +45,7 @@ def busy(db):
     assert len(claim(db, "grouped", "w", 5)) == 2       # one per group
     bulk_add(db, "long", 1100)
     one(db, "SELECT tq_schedule('digest', 'mail', '@every 1h', '{}')")
-    assert one(db, "SELECT count(*) FROM tinyq_buckets WHERE queue = 'long'") >= 2
+    assert one(db, "SELECT count(*) FROM tinyq_buckets WHERE queue = 'long'") >= 1  # the first bucket has no row (schema 8)
     return db
 
 

@@ -510,3 +510,74 @@ def test_COST_01_a_jobs_timeline_reads_its_own_events_at_10k_and_1m_events(tmp_p
     (vm_small, scan_small, _), (vm_big, scan_big, _) = costs[10_000], costs[1_000_000]
     assert 0 < vm_big <= vm_small * SMALL_FACTOR, costs
     assert scan_big <= scan_small + 10, costs
+
+
+LINE_SIZES = (1_000, 100_000, 1_000_000)
+LINE_CALLS = 600  # past the first bucket's end (512 jobs): one merge of the next bucket into it, amortized
+
+
+def long_line(tmp_path, n):
+    """n waiting jobs in one line, then the job 'last' behind them: built in one transaction,
+    with the page cache large enough to hold the store (1,000,000 jobs take about 40 s of CPU)."""
+    db = store(tmp_path, f"line{n}")
+    db.execute("PRAGMA synchronous=OFF")
+    db.execute("PRAGMA cache_size=-131072")
+    fill(db, n, "p")
+    one(db, "SELECT tq_add('p', '{}', '{\"id\": \"last\"}')")
+    return db
+
+
+def statements_run(db, sql, args, times):
+    """(VM steps, full-scan steps, sorts) of tinyq's statements, and the statements SQLite ran
+    (its trace: every statement, and every trigger program it started), per call."""
+    traced = []
+    before = work(db)
+    db.set_trace_callback(traced.append)
+    for _ in range(times):
+        db.execute(sql, args).fetchall()
+    db.set_trace_callback(None)
+    after = work(db)
+    ours = [t for t in traced if t.strip() != sql.strip()]
+    return tuple((a - b) / times for a, b in zip(after, before)) + (len(ours) / times,)
+
+
+@pytest.fixture(scope="module")
+def lines_of(tmp_path_factory):
+    """The work of claim(1)+settle and of tq_get('last') over lines of LINE_SIZES waiting jobs."""
+    costs = {}
+    claim_settle_sql = "SELECT tq_settle(id, attempt, 'done') FROM (SELECT id, attempt FROM tq_claim('p', 'w', 1))"
+    for n in LINE_SIZES:
+        db = long_line(tmp_path_factory.mktemp(f"line{n}"), n)
+        assert json.loads(one(db, "SELECT tq_get('last')"))["ahead"] == n
+        statements_run(db, claim_settle_sql, (), 20)  # warms the statement cache
+        costs[("claim", n)] = statements_run(db, claim_settle_sql, (), LINE_CALLS)
+        assert json.loads(one(db, "SELECT tq_get('last')"))["ahead"] == n - 20 - LINE_CALLS
+        assert json.loads(one(db, "SELECT tq_get('last')"))["ahead"] == plain_ahead(db, "last")
+        check_buckets(db)
+        costs[("ahead", n)] = statements_run(db, "SELECT tq_get('last')", (), 50)
+        db.close()
+    return costs
+
+
+@pytest.mark.parametrize("n", LINE_SIZES[1:])
+def test_COST_01_claim_and_settle_in_a_long_line_cost_what_they_cost_in_a_short_one(lines_of, n):
+    """A claim of 1 and its settle with 100,000 or 1,000,000 waiting jobs: within 1.25x the VM
+    steps of the same at 1,000, no full scan or sort more, and no more statements or trigger
+    programs started (a long line's first bucket is counted in tinyq_counts: the claim takes
+    its job from there)."""
+    (vm_small, scan_small, sort_small, run_small), (vm_big, scan_big, sort_big, run_big) = (
+        lines_of[("claim", SMALL)], lines_of[("claim", n)])
+    assert vm_big <= vm_small * 1.25, lines_of
+    assert scan_big <= scan_small + 1 and sort_big <= sort_small, lines_of
+    assert run_big <= run_small + 0.1, lines_of  # (one merge of a bucket in 600 claims)
+
+
+@pytest.mark.parametrize("n", LINE_SIZES[1:])
+def test_COST_01_ahead_of_the_last_of_a_long_line_is_exact_and_near_its_cost_at_1k(lines_of, n):
+    """tq_get's `ahead` of the job behind n waiting ones is n exactly (the fixture checks it
+    against a count of the rows), within 1.5x the VM steps and the statements at 1,000."""
+    (vm_small, scan_small, sort_small, run_small), (vm_big, scan_big, sort_big, run_big) = (
+        lines_of[("ahead", SMALL)], lines_of[("ahead", n)])
+    assert vm_big <= vm_small * 1.5, lines_of
+    assert scan_big <= scan_small + 10 and sort_big <= sort_small, lines_of
+    assert run_big <= run_small * 1.5, lines_of

@@ -42,6 +42,9 @@ ALLOWED = [
      "is another lease-holding process known? stops at the first holder row, one row per worker process"),
     ("WITH range(parked) AS (VALUES (0), (1))", "SCAN ",
      "tq_get's ahead walks both ranges of the claim index (parked or not): two constant rows, each a seek"),
+    ("ORDER BY key DESC LIMIT 1) AS b LEFT JOIN tinyq_buckets AS x", "SCAN b",
+     "tq_get's `ahead` (src/stats.rs, bucket_of): b is the one bucket row before the job, a seek that LIMIT 1 "
+     "stops; the next row and the span are seeks from it"),
     ("WITH RECURSIVE pr(parked, p)", "SCAN pr",
      "tq_stats' oldest due job steps through its own CTE: one row per distinct priority, each a seek"),
     ("FROM tinyq_holders h WHERE NOT EXISTS", "SCAN h",

@@ -74,18 +74,25 @@ fn statuses(conn: &Conn, shape: &Shape, problems: &mut Vec<Problem>) -> Result<(
     Ok(())
 }
 
-/// A line over 1024 jobs is cut into buckets, and `spill` says whether it is.
+/// A line over 1024 jobs is cut into buckets, and `spill` says whether it is; the first
+/// bucket (no row: `front` jobs) ends where the first row starts (next_*).
 fn lines(conn: &Conn, problems: &mut Vec<Problem>) -> Result<()> {
     let rows = conn.rows(
         checking!(
-            "SELECT c.queue, c.spill IS NULL, EXISTS (SELECT 1 FROM tinyq_buckets b WHERE b.queue = c.queue),
-                (SELECT count(*) FROM tinyq_jobs j WHERE j.status = 'queued' AND j.queue = c.queue)
-         FROM tinyq_counts c ORDER BY c.queue"
+            "SELECT c.queue, c.spill IS NULL, b.key IS NOT NULL,
+                (SELECT count(*) FROM tinyq_jobs j WHERE j.status = 'queued' AND j.queue = c.queue),
+                c.front IS NULL AND c.next_priority IS NULL AND c.next_run_at IS NULL AND c.next_seq IS NULL,
+                (c.next_priority, c.next_run_at, c.next_seq) IS (b.priority, b.run_at, b.seq)
+         FROM tinyq_counts c LEFT JOIN tinyq_buckets b ON b.queue = c.queue
+              AND b.key = (SELECT min(key) FROM tinyq_buckets WHERE queue = c.queue)
+         ORDER BY c.queue"
         ),
         &[],
-        |st| (st.text(0).unwrap_or_default(), st.int(1) != 0, st.int(2) != 0, st.int(3)),
+        |st| {
+            (st.text(0).unwrap_or_default(), st.int(1) != 0, st.int(2) != 0, st.int(3), st.int(4) != 0, st.int(5) != 0)
+        },
     )?;
-    for (queue, spill_null, has_buckets, queued) in rows {
+    for (queue, spill_null, has_buckets, queued, first_null, first_ends_right) in rows {
         let q = Some(queue.as_str());
         if spill_null && has_buckets {
             let detail = "NULL while the line has buckets: its changes are not counted in them";
@@ -98,15 +105,25 @@ fn lines(conn: &Conn, problems: &mut Vec<Problem>) -> Result<()> {
             let detail = format!("a line of {queued} waiting jobs has no buckets (a line over 1024 jobs is cut)");
             problems.push(Problem::new("buckets", q, "tinyq_buckets", detail));
         }
+        if !has_buckets && !first_null {
+            let detail = "set while the line has no buckets (a line of one bucket is counted by `queued` alone)";
+            problems.push(Problem::new("buckets", q, "tinyq_counts.front", detail));
+        } else if has_buckets && !first_ends_right {
+            let detail = "next_priority, next_run_at and next_seq are not where the first bucket row starts";
+            problems.push(Problem::new("buckets", q, "tinyq_counts.next_seq", detail));
+        }
     }
     Ok(())
 }
 
-/// Each bucket counts the queued jobs from its key to the next bucket's.
+/// Each bucket counts the queued jobs from its key to the next bucket's; the first, before
+/// every row, is counted by tinyq_counts.front.
 fn buckets(conn: &Conn, problems: &mut Vec<Problem>) -> Result<()> {
     let rows = conn.rows(
         checking!(
-            "WITH b AS (SELECT queue, key, n, row_number() OVER (PARTITION BY queue ORDER BY key) AS i FROM tinyq_buckets),
+            "WITH b AS (SELECT queue, key, n, row_number() OVER (PARTITION BY queue ORDER BY key) AS i FROM tinyq_buckets
+                        UNION ALL SELECT queue, '', front, 0 FROM tinyq_counts
+                        WHERE queue IN (SELECT queue FROM tinyq_buckets)),
                   k AS (SELECT queue, ",
             line_key!(),
             " AS key, 0 AS mark FROM tinyq_jobs
@@ -114,27 +131,29 @@ fn buckets(conn: &Conn, problems: &mut Vec<Problem>) -> Result<()> {
                         UNION ALL SELECT queue, key, 1 FROM tinyq_buckets),
                   placed AS (SELECT queue, mark, sum(mark) OVER (PARTITION BY queue ORDER BY key, mark DESC
                                                                   ROWS UNBOUNDED PRECEDING) AS i FROM k),
-                  counted AS (SELECT queue, i, sum(1 - mark) AS jobs FROM placed GROUP BY queue, i)
-             SELECT c.queue, b.key, b.n, c.jobs FROM counted c LEFT JOIN b ON b.queue = c.queue AND b.i = c.i
-             WHERE b.n IS NOT c.jobs ORDER BY c.queue, b.key"
+                  counted AS (SELECT queue, i, sum(1 - mark) AS jobs FROM placed GROUP BY queue, i
+                              UNION ALL SELECT queue, 0, 0 FROM tinyq_buckets GROUP BY queue),
+                  per AS (SELECT queue, i, sum(jobs) AS jobs FROM counted GROUP BY queue, i)
+             SELECT c.queue, b.key, b.n, c.jobs FROM per c LEFT JOIN b ON b.queue = c.queue AND b.i = c.i
+             WHERE b.n IS NOT c.jobs OR (c.i = 0 AND c.jobs = 0) ORDER BY c.queue, b.key"
         ),
         &[],
         |st| (st.text(0).unwrap_or_default(), st.text(1), st.opt_int(2), st.int(3)),
     )?;
     for (queue, key, n, jobs) in rows {
-        let detail = match key {
-            None => format!("{jobs} waiting jobs come before the line's first bucket (the bucket '' is missing)"),
+        let detail = match key.as_deref() {
+            Some("") => format!(
+                "the first bucket counts {} waiting jobs (tinyq_counts.front), {jobs} are before its end",
+                show(n)
+            ),
             Some(key) => format!("bucket '{key}' counts {} waiting jobs, {jobs} are in its range", show(n)),
+            None => format!("{jobs} waiting jobs are in a bucket that is not counted"),
         };
-        problems.push(Problem::new("buckets", Some(&queue), "tinyq_buckets", detail));
+        let object = if key.as_deref() == Some("") { "tinyq_counts.front" } else { "tinyq_buckets" };
+        problems.push(Problem::new("buckets", Some(&queue), object, detail));
     }
     let misplaced = conn.rows(
-        checking!(
-            "SELECT queue, key FROM tinyq_buckets WHERE CASE WHEN key = '' THEN
-                 priority IS NOT NULL OR run_at IS NOT NULL OR seq IS NOT NULL ELSE key IS NOT ",
-            line_key!(),
-            " END ORDER BY queue, key"
-        ),
+        checking!("SELECT queue, key FROM tinyq_buckets WHERE key IS NOT ", line_key!(), " ORDER BY queue, key"),
         &[],
         |st| (st.text(0).unwrap_or_default(), st.text(1).unwrap_or_default()),
     )?;
