@@ -109,6 +109,9 @@ async function workLoop(queue, handler, opts) {
     if (idle) waiter.sleep(queue.name).then(() => wake && wake());
   });
 
+  // work() keeps its process alive until it returns: an idle nap has no timer, and the
+  // waiter thread is unref'd (Bun, unlike Node, then ended an idle worker process at once).
+  const keepAlive = setInterval(() => {}, 2 ** 31 - 1);
   const onSignal = () => queue.stop();
   if (opts.handleSignals) {
     process.once('SIGTERM', onSignal);
@@ -175,6 +178,7 @@ async function workLoop(queue, handler, opts) {
     try {
       await settleAndClaim(writes, finished.splice(0).concat(back), null, []);
     } finally { // a last settle that fails still stops the heartbeat and the waiter
+      clearInterval(keepAlive);
       heartbeat.close();
       close(db);
       await waiter.release();
