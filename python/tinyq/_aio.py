@@ -35,9 +35,9 @@ from typing import Any, Awaitable, Callable, Deque, Dict, Iterable, List, Option
 from ._connection import OwnedConnection, open as open_conn
 from ._context import RunBase, current_run, is_busy, stop_grace
 from ._group import Write, commit_group, run_reads
-from ._protocol import (WAITER_JOIN_S, abandon, check_work_args, claim_args, grace_left, sooner,
-                        claim_sql, lease_options, lease_pairs, lease_value, outcome_of_exception, queue_specs,
-                        renew_in, renew_soon, renewed, result_outcome, schedule_renewal, settle_and_claim_in,
+from ._protocol import (WAITER_JOIN_S, Pace, abandon, check_work_args, claim_args, grace_left, sooner,
+                        claim_sql, lease_options, lease_pairs, lease_value, moving_average, outcome_of_exception,
+                        queue_specs, renew_in, renew_soon, renewed, result_outcome, schedule_renewal, settle_and_claim_in,
                         stop_on_signals, worker_name)
 from ._queue import Queue
 from ._sql import _decode, _encode, _one, _rows
@@ -193,31 +193,24 @@ class AsyncRun(RunBase):
         sleep_until(await self.step(sleep_step(name), lambda: now + duration_ms(duration, "sleep")), now)
 
 
-class _Pace:
+class _Pace(Pace):
     """How many jobs work() claims ahead of its running handlers (`prefetch`). A whole
     number is fixed. "auto" claims ahead the jobs that its handlers are expected to end
     while one settle-and-claim commits: concurrency x that commit's time / a handler's time
     (moving averages), rounded down (handlers far longer than a commit claim none ahead: one
-    would wait a whole handler's time), at most `concurrency`, and AUTO_AHEAD at least while the handlers take
-    under FAST seconds (as the threads' prefetch). A place that frees then starts a job at
-    once, instead of after the commit that settles its last job and claims the next, and a
-    job claimed ahead waits about one such commit for its place. The first claim takes only
-    the free places."""
-
-    AUTO_AHEAD = 7
-    FAST = 0.001
+    would wait a whole handler's time), at most `concurrency`, and AUTO_AHEAD at least while
+    the handlers take under FAST seconds (the threads' rule, Pace). A place that frees then
+    starts a job at once, instead of after the commit that settles its last job and claims
+    the next, and a job claimed ahead waits about one such commit for its place. The first
+    claim takes only the free places."""
 
     def __init__(self, prefetch: Any, concurrency: int):
-        self.fixed = None if prefetch == "auto" else prefetch
+        super().__init__(prefetch)               # `average`: a handler's time
         self.concurrency = concurrency
-        self.average: Optional[float] = None     # a handler's time (a moving average)
         self.commit: Optional[float] = None      # a settle-and-claim's time (a moving average)
 
-    def took(self, seconds: float) -> None:
-        self.average = _moving(self.average, seconds)
-
     def committed(self, seconds: float) -> None:
-        self.commit = _moving(self.commit, seconds)
+        self.commit = moving_average(self.commit, seconds)
 
     def ahead(self) -> int:
         if self.fixed is not None:
@@ -227,10 +220,6 @@ class _Pace:
         ending = self.concurrency * self.commit / max(self.average, 1e-6)
         return max(self.AUTO_AHEAD if self.average < self.FAST else 0,
                    min(self.concurrency, int(ending)))   # rounded down: none for long handlers
-
-
-def _moving(average: Optional[float], value: float) -> float:
-    return value if average is None else 0.7 * average + 0.3 * value
 
 
 class _AsyncWork:
@@ -501,7 +490,7 @@ class _AsyncCall:
 
 async def work_calls(owner: Any, queues: Dict[str, Tuple[Callable[..., Any], Dict[str, Any]]], path: str,
                      connect: Callable[[], Any], worker: Optional[str], poll: float) -> Dict[str, int]:
-    """Serve `queues` (name -> (handler, options: concurrency, lease, errors)) until
+    """Serve `queues` (name -> (handler, options: concurrency, lease, errors, prefetch)) until
     owner.stop(), SIGTERM or SIGINT; how many jobs each claimed."""
     if owner._work is not None:
         raise RuntimeError("this %s is already working" % type(owner).__name__)
@@ -621,9 +610,9 @@ class AsyncQueue:
         wait, so that a handler that ends makes way for the next job at once; "auto" claims
         those expected to free a place while one settle-and-claim commits (see _Pace), 0
         never claims ahead, a number fixes it. On stop, jobs claimed ahead go back in line
-        without using up a try. Cancelling
-        the task that awaits work() stops it the same way (however often it is cancelled,
-        the jobs in flight finish and settle), then raises CancelledError."""
+        without using up a try. Cancelling the task that awaits work() stops it the same way
+        (however often it is cancelled, the jobs in flight finish and settle), then raises
+        CancelledError."""
         options = dict(concurrency=concurrency, lease=lease, errors=errors, prefetch=prefetch)
         queues = {self.name: (handler, options)}
         return (await work_calls(self, queues, self.path, self._connect, worker, poll))[self.name]

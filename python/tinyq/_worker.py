@@ -14,9 +14,8 @@ from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
 
 from ._context import Outcome, Cancelled, RunBase, current_run
 from ._group import Leader, Write, commit_group
-from ._protocol import (PROGRESS, STEP_GET, STEP_PUT, WAITER_JOIN_S, abandon, check_work_args, claim_args,
-                        grace_left,
-                        claim_sql, lease_options, lease_pairs, lease_value, outcome_of_exception, renew_in,
+from ._protocol import (PROGRESS, STEP_GET, STEP_PUT, WAITER_JOIN_S, Pace, abandon, check_work_args,
+                        claim_args, grace_left, claim_sql, lease_options, lease_pairs, lease_value, outcome_of_exception, renew_in,
                         renew_soon, renewed, result_outcome, schedule_renewal, settle_and_claim, stop_on_signals,
                         worker_name)
 from ._sql import _decode, _encode, _one, _rows
@@ -41,7 +40,8 @@ class Run(RunBase):
     def _write(self, sql: str, function: str, *args: Any) -> Any:
         """A short write of this run's own. Inside work() it joins the pool's group commit
         (_group.Leader): the threads that write meanwhile share one commit, and threads
-        of one process queue for SQLite's lock there rather than in its busy handler. A handler with a transaction of its own open on run.conn writes in it."""
+        of one process queue for SQLite's lock there rather than in its busy handler. A
+        handler with a transaction of its own open on run.conn writes in it."""
         if self._writes is None or getattr(self.conn, "in_transaction", False):
             return _one(self.conn, sql, *args)
         return self._writes.write(self.conn, Write.call(function, *args))
@@ -220,29 +220,6 @@ class _Request:
         self.error: Optional[BaseException] = None
 
 
-class _Pace:
-    """How many jobs a thread claims ahead of the one it runs. A whole number is fixed.
-    "auto" claims AUTO_AHEAD ahead only while the thread's recent handlers (a moving
-    average) took under FAST seconds: then a job claimed ahead waits a few milliseconds at
-    most, and a queue of tiny jobs is drained with one commit per AUTO_AHEAD + 1 jobs instead
-    of one per job. The first job, and every job after a slow one, is claimed alone."""
-
-    AUTO_AHEAD = 7
-    FAST = 0.001
-
-    def __init__(self, prefetch: Any):
-        self.fixed = None if prefetch == "auto" else prefetch
-        self.average: Optional[float] = None
-
-    def took(self, seconds: float) -> None:
-        self.average = seconds if self.average is None else 0.7 * self.average + 0.3 * seconds
-
-    def ahead(self) -> int:
-        if self.fixed is not None:
-            return self.fixed
-        return self.AUTO_AHEAD if self.average is not None and self.average < self.FAST else 0
-
-
 class _Pool:
     """The threads of one queue of a work() call and what they share."""
 
@@ -289,7 +266,7 @@ class _Pool:
         except BaseException as exc:
             self.fail(exc)
             return
-        pace = _Pace(self.prefetch)
+        pace = Pace(self.prefetch)
         try:
             while True:
                 if self.stopping.is_set():
