@@ -88,7 +88,7 @@ test-python: deps $(EXT) node/node_modules
 ONCE_ONLY = test_release test_rust_crate test_install test_demo test_dashboard \
   test_helper_scenarios test_helper_stop test_helper_threads_fail test_queue_work_guard \
   test_asyncio_helper test_asyncio_work_rules test_python_helper test_workflow_helpers \
-  test_helpers_keys test_litestream test_cli_exits test_prefork
+  test_helpers_keys test_litestream test_cli_exits test_prefork test_stores
 test-python-current: deps $(EXT) node/node_modules
 	TINYQ_SOAK_SECONDS=0 bash scripts/sqlite_current.sh $(PY) -m pytest -q tests \
 	  $(foreach t,$(ONCE_ONLY),--ignore=tests/$(t).py)

@@ -11,6 +11,8 @@ import json
 
 import pytest
 
+import helpers
+import stores
 from helpers import check_buckets, connect, get, one, plain_ahead
 
 NOW = 1_900_000_000_000
@@ -47,6 +49,23 @@ def store(tmp_path, name):
     return db
 
 
+def built(tmp_path, build, *args, clock=NOW):
+    """A connection to this test's own copy of the store `build(db, *args)` makes from a new
+    store with the clock at NOW (built once, then copied: tests/stores.py), the clock pinned
+    at `clock` (the clock is the connection's: build's pin is not in the file)."""
+    def make(path):
+        db = connect(path)
+        one(db, "SELECT tq_clock(?)", NOW)
+        build(db, *args)
+        db.close()
+    key = " ".join(["cost", build.__qualname__.replace("<locals>.", "")] + [str(a) for a in args])
+    name = stores.slug(key)
+    path = stores.store(str(tmp_path / f"{name}.db"), key, make, [__file__, helpers.__file__])
+    db = connect(path)
+    one(db, "SELECT tq_clock(?)", clock)
+    return db
+
+
 def claim_settle(queue, add_options=None):
     """Calls: (an add of a free tenant's job, untimed in spirit but counted alike), a claim of 1, its settle."""
     def calls():
@@ -58,12 +77,15 @@ def claim_settle(queue, add_options=None):
     return calls
 
 
-def full_group(tmp_path, n):
-    """One tenant with n jobs in a full group (group_concurrency 1); a free tenant claims."""
-    db = store(tmp_path, f"full{n}")
+def build_full_group(db, n):
     one(db, "SELECT tq_queue('q', '{\"group_concurrency\": 1}')")
     fill(db, n, "q", "'{\"group\": \"big\"}'")
     one(db, "SELECT count(*) FROM tq_claim('q', 'w', 1)")  # the big tenant's one lease: its group is full
+
+
+def full_group(tmp_path, n):
+    """One tenant with n jobs in a full group (group_concurrency 1); a free tenant claims."""
+    db = built(tmp_path, build_full_group, n)
     return db, claim_settle("q", '{"group": "free"}')
 
 
@@ -71,10 +93,10 @@ def full_group_drains(tmp_path, n):
     """The big tenant's own turn: each claim takes a head of its group and, while the group
     has room (group_concurrency 2), finds the next of its n set-aside jobs to follow. They
     were all added at one time, so that next one is found by seq among equal times."""
-    db = store(tmp_path, f"drain{n}")
-    one(db, "SELECT tq_queue('q', '{\"group_concurrency\": 2}')")
-    fill(db, n, "q", "'{\"group\": \"big\"}'")
-    return db, claim_settle("q")
+    def build(db, n):
+        one(db, "SELECT tq_queue('q', '{\"group_concurrency\": 2}')")
+        fill(db, n, "q", "'{\"group\": \"big\"}'")
+    return built(tmp_path, build, n), claim_settle("q")
 
 
 def same_limits_again(tmp_path, n):
@@ -85,44 +107,42 @@ def same_limits_again(tmp_path, n):
 
 def many_full_groups(tmp_path, n):
     """n/100 full groups of 100 jobs each."""
-    db = store(tmp_path, f"groups{n}")
-    one(db, "SELECT tq_queue('q', '{\"group_concurrency\": 1}')")
-    fill(db, n, "q", "json_object('group', 'g' || (i % ?3))".replace("?3", str(n // 100)))
-    assert one(db, "SELECT count(*) FROM tq_claim('q', 'w', 1000, '{\"lease\": \"1d\"}')") == n // 100
+    def build(db, n):
+        one(db, "SELECT tq_queue('q', '{\"group_concurrency\": 1}')")
+        fill(db, n, "q", "json_object('group', 'g' || (i % ?3))".replace("?3", str(n // 100)))
+        assert one(db, "SELECT count(*) FROM tq_claim('q', 'w', 1000, '{\"lease\": \"1d\"}')") == n // 100
+    db = built(tmp_path, build, n)
+    assert one(db, "SELECT running FROM tq_stats('q')") == n // 100
     return db, claim_settle("q", '{"group": "free"}')
 
 
 def rate_window(tmp_path, n):
     """A queue whose rate window ('N00/1d') holds n starts."""
-    db = store(tmp_path, f"rate{n}")
-    one(db, "SELECT tq_queue('r', json_object('rate', ? || '/1d'))", n * 100)
-    fill(db, n, "r")
-    while one(db, "SELECT count(*) FROM tq_claim('r', 'w', 1000, '{\"lease\": \"1d\"}')"):
-        pass
+    def build(db, n):
+        one(db, "SELECT tq_queue('r', json_object('rate', ? || '/1d'))", n * 100)
+        fill(db, n, "r")
+        while one(db, "SELECT count(*) FROM tq_claim('r', 'w', 1000, '{\"lease\": \"1d\"}')"):
+            pass
+    db = built(tmp_path, build, n)
     assert one(db, "SELECT started_in_window FROM tq_stats('r')") == n
     return db, claim_settle("r", "{}")
 
 
 def plain(tmp_path, n):
-    db = store(tmp_path, f"plain{n}")
-    fill(db, n, "p")
-    return db, claim_settle("p", "{}")
+    return built(tmp_path, fill, n, "p"), claim_settle("p", "{}")
 
 
 def bounded(tmp_path, n):
     """n waiting jobs, each with an `expires` a day ahead, none past it (EXP-01): the claim's
     probe seeks the index of bounded jobs and finds nothing to end."""
-    db = store(tmp_path, f"bounded{n}")
-    fill(db, n, "b", "'{\"expires\": \"1d\"}'")
-    return db, claim_settle("b", '{"expires": "1d"}')
+    return built(tmp_path, fill, n, "b", "'{\"expires\": \"1d\"}'"), claim_settle("b", '{"expires": "1d"}')
 
 
 def expiring_each_claim(tmp_path, n):
     """n waiting jobs bounded a day ahead; before each claim one more job reaches its bound
     (added with a bound 1 s ahead, then the clock moved 1 s): the claim ends that one, and
     does not look at the n others."""
-    db = store(tmp_path, f"expiring{n}")
-    fill(db, n, "x", "'{\"expires\": \"1d\"}'")
+    db = built(tmp_path, fill, n, "x", "'{\"expires\": \"1d\"}'")
     clock = [NOW]
 
     def calls():
@@ -139,10 +159,11 @@ def replace_in_line(tmp_path, n):
     """tq_add with on_conflict 'replace' (KEY-01) of the job in the middle of n + 2,000 waiting
     jobs, moving it back and forth along the line (its priority): its bucket and span counts
     follow. (The 2,000 more cut both lines into buckets: a line of at most 1,024 has none.)"""
-    db = store(tmp_path, f"replace{n}")
-    fill(db, n // 2 + 1000, "r")
-    one(db, "SELECT tq_add('r', '{}', '{\"id\": \"me\"}')")
-    fill(db, n // 2 + 1000, "r")
+    def build(db, n):
+        fill(db, n // 2 + 1000, "r")
+        one(db, "SELECT tq_add('r', '{}', '{\"id\": \"me\"}')")
+        fill(db, n // 2 + 1000, "r")
+    db = built(tmp_path, build, n)
 
     def calls():
         for k in range(ROUNDS):
@@ -154,9 +175,10 @@ def replace_in_line(tmp_path, n):
 
 def last_waiting(tmp_path, n):
     """tq_get (its ahead) of the last of n waiting jobs."""
-    db = store(tmp_path, f"get{n}")
-    fill(db, n, "g")
-    one(db, "SELECT tq_add('g', '{}', '{\"id\": \"last\"}')")
+    def build(db, n):
+        fill(db, n, "g")
+        one(db, "SELECT tq_add('g', '{}', '{\"id\": \"last\"}')")
+    db = built(tmp_path, build, n)
     assert one(db, "SELECT tq_get('last') ->> 'ahead'") == n
     return db, lambda: [("SELECT tq_get('last')", ())] * ROUNDS
 
@@ -172,17 +194,17 @@ def waiting_at(before, after, shape="plain"):
                "parked": "json_object('group', 'g' || (i % 7), 'priority', i % 3)",
                "due": "CASE WHEN i % 10 = 0 AND i <= 100 THEN '{\"delay\": \"1s\"}' ELSE json_object('priority', i % 2) END"}[shape]
 
-    def case(tmp_path, n):
-        db = store(tmp_path, f"at-{shape}-{n}")
+    def build_at(db, shape, before, after):
         if shape == "parked":
             one(db, "SELECT tq_queue('g', '{\"group_concurrency\": 1}')")
-        fill(db, before(n), "g", options)
+        fill(db, before, "g", options)
         one(db, "SELECT tq_add('g', '{}', '{\"id\": \"me\", \"group\": \"g3\"}')")
-        fill(db, after(n), "g", options)
+        fill(db, after, "g", options)
         if shape == "parked":
             one(db, "SELECT count(*) FROM tq_claim('g', 'w', 1000, '{\"lease\": \"1d\"}')")
-        if shape == "due":
-            one(db, "SELECT tq_clock(?)", NOW + 2000)
+
+    def case(tmp_path, n):
+        db = built(tmp_path, build_at, shape, before(n), after(n), clock=NOW + 2000 if shape == "due" else NOW)
         assert get(db, "me")["ahead"] == plain_ahead(db, "me")
         check_buckets(db)
         return db, lambda: [("SELECT tq_get('me')", ())] * ROUNDS
@@ -191,10 +213,11 @@ def waiting_at(before, after, shape="plain"):
 
 def stats(tmp_path, n):
     """tq_stats('q') over n waiting jobs (some of them parked in full groups, some scheduled)."""
-    db = store(tmp_path, f"stats{n}")
-    one(db, "SELECT tq_queue('s', '{\"group_concurrency\": 1, \"rate\": \"1000000/1d\"}')")
-    fill(db, n, "s", "json_object('group', 'g' || (i % 10), 'priority', i % 3)")
-    one(db, "SELECT count(*) FROM tq_claim('s', 'w', 100, '{\"lease\": \"1d\"}')")
+    def build(db, n):
+        one(db, "SELECT tq_queue('s', '{\"group_concurrency\": 1, \"rate\": \"1000000/1d\"}')")
+        fill(db, n, "s", "json_object('group', 'g' || (i % 10), 'priority', i % 3)")
+        one(db, "SELECT count(*) FROM tq_claim('s', 'w', 100, '{\"lease\": \"1d\"}')")
+    db = built(tmp_path, build, n)
     row = db.execute("SELECT waiting, running FROM tq_stats('s')").fetchone()
     assert row == (n - 10, 10)
     return db, lambda: [("SELECT * FROM tq_stats('s')", ())] * ROUNDS
@@ -202,10 +225,11 @@ def stats(tmp_path, n):
 
 def blocked_after(tmp_path, n):
     """n jobs blocked on one job that never finishes (DEP-01), beside the line claimed."""
-    db = store(tmp_path, f"after{n}")
-    one(db, "SELECT tq_add('roots', '{}', '{\"id\": \"root\"}')")
-    fill(db, n, "p", "'{\"after\": [\"root\"]}'")
-    fill(db, 100, "p")
+    def build_blocked_after(db, n):
+        one(db, "SELECT tq_add('roots', '{}', '{\"id\": \"root\"}')")
+        fill(db, n, "p", "'{\"after\": [\"root\"]}'")
+        fill(db, 100, "p")
+    db = built(tmp_path, build_blocked_after, n)
     assert one(db, "SELECT blocked FROM tq_stats('p')") == n
     return db
 
@@ -213,18 +237,19 @@ def blocked_after(tmp_path, n):
 def blocked_on_signals(tmp_path, n):
     """n jobs blocked each on a signal of its own with a timeout a day ahead (SIG-01): the
     claim's probe for timeouts seeks past them."""
-    db = store(tmp_path, f"signals{n}")
-    fill(db, n, "p")
-    while True:
-        got = db.execute("SELECT id, attempt FROM tq_claim('p', 'w', 1000)").fetchall()
-        if not got:
-            break
-        db.execute("BEGIN IMMEDIATE")
-        for jid, attempt in got:
-            db.execute("SELECT tq_settle(?, ?, 'wait', json_object('signal', 'sig-' || ?, 'timeout', '1d'))",
-                       (jid, attempt, jid))
-        db.execute("COMMIT")
-    fill(db, 100, "p")
+    def build_blocked_on_signals(db, n):
+        fill(db, n, "p")
+        while True:
+            got = db.execute("SELECT id, attempt FROM tq_claim('p', 'w', 1000)").fetchall()
+            if not got:
+                break
+            db.execute("BEGIN IMMEDIATE")
+            for jid, attempt in got:
+                db.execute("SELECT tq_settle(?, ?, 'wait', json_object('signal', 'sig-' || ?, 'timeout', '1d'))",
+                           (jid, attempt, jid))
+            db.execute("COMMIT")
+        fill(db, 100, "p")
+    db = built(tmp_path, build_blocked_on_signals, n)
     assert one(db, "SELECT blocked FROM tq_stats('p')") == n
     return db
 
@@ -480,17 +505,17 @@ def timeline_store(tmp_path, events):
     """A job added first and finished last, with `events` other events logged in between (plain
     inserts into the log, as a busy store's other jobs would leave them): its timeline is
     three events spread over the whole log."""
-    db = store(tmp_path, f"timeline{events}")
-    one(db, "SELECT tq_add('t', '{}', '{\"id\": \"me\"}')")
-    db.execute("BEGIN IMMEDIATE")
-    db.execute("WITH RECURSIVE c(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM c WHERE i < ?) "
-               "INSERT INTO tinyq_events (id, queue, state, attempt, at) "
-               "SELECT 'other-' || (i % 1000), 't', 'waiting', 0, ? FROM c", (events, NOW))
-    db.execute("COMMIT")
-    [(jid, attempt)] = db.execute("SELECT id, attempt FROM tq_claim('t', 'w', 1)").fetchall()
-    one(db, "SELECT tq_progress(?, ?, '50%')", jid, attempt)
-    one(db, "SELECT tq_settle(?, ?, 'done')", jid, attempt)
-    return db
+    def build_timeline(db, events):
+        one(db, "SELECT tq_add('t', '{}', '{\"id\": \"me\"}')")
+        db.execute("BEGIN IMMEDIATE")
+        db.execute("WITH RECURSIVE c(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM c WHERE i < ?) "
+                   "INSERT INTO tinyq_events (id, queue, state, attempt, at) "
+                   "SELECT 'other-' || (i % 1000), 't', 'waiting', 0, ? FROM c", (events, NOW))
+        db.execute("COMMIT")
+        [(jid, attempt)] = db.execute("SELECT id, attempt FROM tq_claim('t', 'w', 1)").fetchall()
+        one(db, "SELECT tq_progress(?, ?, '50%')", jid, attempt)
+        one(db, "SELECT tq_settle(?, ?, 'done')", jid, attempt)
+    return built(tmp_path, build_timeline, events)
 
 
 @pytest.mark.parametrize("since", ["first look", "after its first event"])
@@ -519,11 +544,14 @@ LINE_CALLS = 600  # past the first bucket's end (512 jobs): one merge of the nex
 def long_line(tmp_path, n):
     """n waiting jobs in one line, then the job 'last' behind them: built in one transaction,
     with the page cache large enough to hold the store (1,000,000 jobs take about 40 s of CPU)."""
-    db = store(tmp_path, f"line{n}")
+    def build_line(db, n):
+        db.execute("PRAGMA synchronous=OFF")
+        db.execute("PRAGMA cache_size=-131072")
+        fill(db, n, "p")
+        one(db, "SELECT tq_add('p', '{}', '{\"id\": \"last\"}')")
+    db = built(tmp_path, build_line, n)
     db.execute("PRAGMA synchronous=OFF")
     db.execute("PRAGMA cache_size=-131072")
-    fill(db, n, "p")
-    one(db, "SELECT tq_add('p', '{}', '{\"id\": \"last\"}')")
     return db
 
 

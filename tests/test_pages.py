@@ -8,6 +8,8 @@ import sqlite3
 
 import pytest
 
+import helpers
+import stores
 from helpers import add, claim, get, one, pin, settle, snapshot
 
 T0 = 1_800_000_000_000
@@ -223,13 +225,28 @@ def deep_page_costs(conn):
     return costs
 
 
+def opened(path):
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.enable_load_extension(True)
+    conn.load_extension(helpers.EXT)
+    return conn
+
+
+def built(tmp_path, waiting, held):
+    """A connection to this test's own copy of the store build() makes (built once, then
+    copied: tests/stores.py), its clock pinned where build() pinned it."""
+    def make(path):
+        conn = opened(path)
+        build(conn, waiting, held)
+        conn.close()
+    key = "pages build %d %d" % (waiting, held)
+    conn = opened(stores.store(str(tmp_path / (stores.slug(key) + ".db")), key, make, [__file__, helpers.__file__]))
+    pin(conn, T0)
+    return conn
+
+
 def test_pages_do_bounded_work_at_a_million_jobs(tmp_path):
-    small, big = (sqlite3.connect(str(tmp_path / name), isolation_level=None) for name in ("s.db", "b.db"))
-    for conn in (small, big):
-        conn.enable_load_extension(True)
-        conn.load_extension(__import__("helpers").EXT)
-    build(small, 1000, 200)
-    build(big, 1_000_000, 5000)
+    small, big = built(tmp_path, 1000, 200), built(tmp_path, 1_000_000, 5000)
     assert one(big, "SELECT waiting FROM tq_stats('q')") == 1_000_000
     cheap, deep = deep_page_costs(small), deep_page_costs(big)
     print("\nVM steps of a page of 50, 1000 vs 1,000,000 waiting:", cheap, deep)
