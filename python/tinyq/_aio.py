@@ -51,11 +51,13 @@ __all__ = ["AsyncQueue", "AsyncRun", "AsyncWorker"]
 
 
 PUTS_PER_COMMIT = 200   # step puts in one group commit at most (_DbThread._next_group)
-# A claim takes CLAIM_PART jobs at most (a larger want is claimed over the next turns): the
-# first jobs of a thousand start after a short commit, and the step puts of those already
-# running go between the parts. Settles likewise, SETTLES_PER_COMMIT at most per commit.
+# While no handler runs, a claim takes CLAIM_PART jobs at most (a larger want is claimed
+# over the next turns): the first of a thousand jobs start after a short commit. A commit
+# takes SETTLES_PER_COMMIT settles at most, and none when more than CLAIM_FIRST are due and
+# jobs are to be claimed: then the claim goes first, alone.
 CLAIM_PART = 250
 SETTLES_PER_COMMIT = 250
+CLAIM_FIRST = 100
 
 
 class _DbThread:
@@ -321,10 +323,14 @@ class _AsyncWork:
                 if self.pace.predicts() and not stopping:
                     due, wake_at = self.predicted(len(self.ahead) - free)
                     ahead = min(self.concurrency, max(ahead, due))
-                want = 0 if stopping or not self.may_claim else min(CLAIM_PART, free + ahead - len(self.ahead))
+                want = 0 if stopping or not self.may_claim else free + ahead - len(self.ahead)
+                if not self.tasks:
+                    want = min(want, CLAIM_PART)
                 if self.finished or want > 0:
-                    batch = self.finished[:SETTLES_PER_COMMIT]
-                    del self.finished[:SETTLES_PER_COMMIT]
+                    # many settles due and jobs to claim: the claim first, alone (its
+                    # handlers are waiting; the settles wait for nobody)
+                    batch = [] if want > 0 and len(self.finished) > CLAIM_FIRST else self.finished[:SETTLES_PER_COMMIT]
+                    del self.finished[:len(batch)]
                     args = None if want <= 0 else claim_args(self.name, self.worker, want, self.lease_options)
                     started = time.monotonic()
                     jobs = await self.settle_and_claim(sql, batch, args)
