@@ -235,7 +235,8 @@ class _Pace(Pace):
       (handlers far longer than a commit claim none ahead: one would wait a whole handler's
       time), and AUTO_AHEAD at least while the handlers take under FAST seconds (the
       threads' rule, Pace);
-    - while the handlers take under PREDICT_S on average, the running handlers expected
+    - while the handlers take under PREDICT_S on average (and more than that lead), the
+      running handlers expected
       (from their start and that average) to end within the next `lead()` seconds, two
       settle-and-claims' time: handlers that started together end together (a thousand
       model calls of 0.2 s), so the jobs they make way for are claimed just before, while
@@ -265,8 +266,10 @@ class _Pace(Pace):
                    min(self.concurrency, int(ending)))   # rounded down: none for long handlers
 
     def predicts(self) -> bool:
-        """Whether handlers' ends are predicted (auto, handlers under PREDICT_S on average)."""
-        return self.fixed is None and self.average is not None and self.average < self.PREDICT_S
+        """Whether handlers' ends are predicted: auto, handlers that average under PREDICT_S
+        and over the lead (shorter ones are all as good as ended: the commit-time rule serves)."""
+        return (self.fixed is None and self.average is not None
+                and self.lead() < self.average < self.PREDICT_S)
 
     def lead(self) -> float:
         return max(self.LEAD_MIN_S, 2 * (self.commit or 0.0))
@@ -322,7 +325,7 @@ class _AsyncWork:
                 ahead, wake_at = self.pace.ahead(), None
                 if self.pace.predicts() and not stopping:
                     due, wake_at = self.predicted(len(self.ahead) - free)
-                    ahead = min(self.concurrency, max(ahead, due))
+                    ahead = max(ahead, min(self.concurrency, due))
                 want = 0 if stopping or not self.may_claim else free + ahead - len(self.ahead)
                 if not self.tasks:
                     want = min(want, CLAIM_PART)
