@@ -446,6 +446,9 @@ class _AsyncWork:
                 self.runs.pop(run, None)
                 continue
             self.handled += 1
+            # running from now on, for predicted(): its handler starts in this turn of the loop
+            self.running.add(run)
+            self.starts.append((time.monotonic(), run))
             task = asyncio.ensure_future(self.run_job(run))
             self.tasks.add(task)
             task.add_done_callback(self.job_ended)
@@ -466,7 +469,6 @@ class _AsyncWork:
         current_run.set(run)
         self.running.add(run)
         started = time.monotonic()
-        self.starts.append((started, run))
         try:
             try:
                 result = await self.handler(_decode(run._payload), run)
