@@ -229,19 +229,18 @@ class AsyncRun(RunBase):
 
 class _Pace(Pace):
     """How many jobs work() claims ahead of its running handlers (`prefetch`). A whole
-    number is fixed. "auto" claims ahead the more of two counts, at most `concurrency`:
+    number is fixed. "auto" claims ahead the more of two counts:
     - the jobs that its handlers are expected to end while one settle-and-claim commits:
       concurrency x that commit's time / a handler's time (moving averages), rounded down
       (handlers far longer than a commit claim none ahead: one would wait a whole handler's
-      time), and AUTO_AHEAD at least while the handlers take under FAST seconds (the
-      threads' rule, Pace);
-    - while the handlers take under PREDICT_S on average (and more than that lead), the
-      running handlers expected
-      (from their start and that average) to end within the next `lead()` seconds, two
-      settle-and-claims' time: handlers that started together end together (a thousand
-      model calls of 0.2 s), so the jobs they make way for are claimed just before, while
-      the handlers still run, and a job claimed ahead waits about that lead for its place.
-      _AsyncWork wakes for it at the right time (a timer), not only when a handler ends.
+      time), at most `concurrency`, and AUTO_AHEAD at least while the handlers take under
+      FAST seconds (the threads' rule, Pace);
+    - while the handlers take under PREDICT_S on average (and longer than the lead), the
+      running handlers expected (from their start and that average) to end within the next
+      `lead()` seconds, two settle-and-claims' time: handlers that started together end
+      together (a thousand model calls of 0.2 s), so the jobs they make way for are claimed
+      just before, while the handlers still run, and a job claimed ahead waits about that
+      lead for its place. _AsyncWork wakes for it on a timer, not only when a handler ends.
     A place that frees then starts a job at once, instead of after the commit that settles
     its last job and claims the next. The first claim takes only the free places."""
 
@@ -304,7 +303,7 @@ class _AsyncWork:
         self.event = asyncio.Event()
         self.handled = 0
         # running handlers in the order they started, with their start (monotonic); those
-        # that ended leave it from the front (_predicted)
+        # that ended leave it from the front (predicted())
         self.starts: Deque[Tuple[float, AsyncRun]] = collections.deque()
 
     def wake(self) -> None:
