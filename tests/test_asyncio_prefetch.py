@@ -148,11 +148,13 @@ def test_handlers_that_started_together_get_their_next_jobs_claimed_while_they_r
                 await gate.wait()               # the second: held until the third is claimed
         working = asyncio.ensure_future(q.work(handler, concurrency=concurrency, poll=0.05))
         second, third = ids[concurrency:2 * concurrency], ids[2 * concurrency:]
-        await until(lambda: set(second) <= set(started))
-        # the third wave claimed (running, leased), not started: waited for, however long
-        await until(lambda: all(get(conn, i)["state"] == "running" for i in third))
-        waiting = [i for i in third if i in started]
-        gate.set()
+        try:
+            await until(lambda: set(second) <= set(started))
+            # the third wave claimed (running, leased), not started: waited for, however long
+            await until(lambda: all(get(conn, i)["state"] == "running" for i in third))
+            waiting = [i for i in third if i in started]
+        finally:   # a timeout above must not leave handlers that the stop waits for forever
+            gate.set()
         await until(lambda: all(get(conn, i)["state"] == "done" for i in ids))
         q.stop()
         await working

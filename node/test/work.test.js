@@ -518,10 +518,14 @@ test('prefetch (auto): handlers that started together get their next jobs claime
   }, { concurrency });
   const second = ids.slice(concurrency, 2 * concurrency);
   const third = ids.slice(2 * concurrency);
-  await until(() => second.every((id) => started.includes(id)));
-  await until(() => third.every((id) => q.get(id).state === 'running')); // claimed, however long it takes
-  const early = third.filter((id) => started.includes(id));
-  release();
+  let early;
+  try {
+    await until(() => second.every((id) => started.includes(id)));
+    await until(() => third.every((id) => q.get(id).state === 'running')); // claimed, however long it takes
+    early = third.filter((id) => started.includes(id));
+  } finally {
+    release(); // a failure above must not leave handlers that stop() would wait for forever
+  }
   await until(() => ids.every((id) => q.get(id).state === 'done'));
   await q.stop();
   await working;
