@@ -28,9 +28,16 @@ class GroupCommit {
     return this._add({ fn, name: null, args: null });
   }
 
-  /** `fn(db)` committed now, with every write already pending (the worker loop's settles and
-   * claim: its turn is when it commits, and the handlers' writes of this turn go with it). */
-  writeNow(fn) {
+  /** `fn(db)` committed now (the worker loop's settles and claim: its turn is when it
+   * commits). The handlers' writes already pending (step puts) commit first, on their own,
+   * and their handlers go on before `fn`'s commit (one turn of the event loop): a claim of a
+   * thousand jobs holds the thread for a while, and the handlers waiting for their puts would
+   * wait for it too, while the claim waits for nobody. */
+  async writeNow(fn) {
+    if (this.pending.length > 0) {
+      this.flush();
+      await new Promise((resolve) => setImmediate(resolve));
+    }
     const done = this.write(fn);
     this.flush();
     return done;

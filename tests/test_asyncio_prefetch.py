@@ -125,3 +125,41 @@ def test_a_bad_prefetch_is_an_error_naming_it_and_its_value(db_path):
                 await q.work(handler, prefetch=bad)
         await q.close()
     asyncio.run(asyncio.wait_for(main(), 60))
+
+
+def test_handlers_that_started_together_get_their_next_jobs_claimed_while_they_run(db_path):
+    """'auto' predicts the ends of handlers that average under a second: a second wave of
+    handlers that started together, held open here, gets the jobs of the third claimed
+    ahead while it still runs (with prefetch 0 none would be: the wait below would fail)."""
+    conn = connect(db_path)
+    concurrency = 4
+    ids = ["j%02d" % i for i in range(3 * concurrency)]
+
+    async def main():
+        q = tinyq.AsyncQueue(db_path, "q")
+        await q.add_many([{"i": i} for i in range(len(ids))], ids=ids)
+        gate, started = asyncio.Event(), []
+
+        async def handler(payload, run):
+            started.append(run.id)
+            if payload["i"] < concurrency:
+                await asyncio.sleep(0.2)        # the first wave: the average handler's time
+            elif payload["i"] < 2 * concurrency:
+                await gate.wait()               # the second: held until the third is claimed
+        working = asyncio.ensure_future(q.work(handler, concurrency=concurrency, poll=0.05))
+        second, third = ids[concurrency:2 * concurrency], ids[2 * concurrency:]
+        try:
+            await until(lambda: set(second) <= set(started))
+            # the third wave claimed (running, leased), not started: waited for, however long
+            await until(lambda: all(get(conn, i)["state"] == "running" for i in third))
+            waiting = [i for i in third if i in started]
+        finally:   # a timeout above must not leave handlers that the stop waits for forever
+            gate.set()
+        await until(lambda: all(get(conn, i)["state"] == "done" for i in ids))
+        q.stop()
+        await working
+        await q.close()
+        return started, waiting
+    started, waiting = asyncio.run(asyncio.wait_for(main(), 60))
+    assert waiting == []
+    assert started == ids

@@ -11,6 +11,8 @@ import sys
 import textwrap
 import time
 
+import pytest
+
 from helpers import ROOT, connect, get, one
 
 sys.path.insert(0, os.path.join(ROOT, "python"))
@@ -170,6 +172,39 @@ def test_asyncio_handlers_steps_share_commits_and_a_failing_one_fails_alone(db_p
     assert max(sizes) >= n - 1, sizes
 
 
+def test_asyncio_step_puts_go_first_at_most_200_a_commit(db_path, monkeypatch):
+    """A wave of 300 puts asked for at once: the first commit holds 200 puts and nothing
+    else, and in every commit the puts come before any other write."""
+    groups = []
+    real = tinyq._aio.commit_group
+
+    def commit_group(conn, writes):
+        groups.append([w.function or "other" for w in writes])
+        return real(conn, writes)
+    monkeypatch.setattr(tinyq._aio, "commit_group", commit_group)
+    n = 300
+    conn = connect(db_path)
+    ids = added(conn, "q", n)
+    kept_by = {}
+
+    async def body(run, payload):
+        kept_by[run.id] = await run.step("answer", lambda: {"for": run.id})
+
+    async def settled(q):
+        return len(kept_by) == n and [(await q.get(i))["state"] for i in ids] == ["done"] * n
+    work_together(db_path, n, body, settled)
+    assert [json.loads(kept(conn, i)) for i in ids] == [{"for": i} for i in ids]
+    with_puts = [g for g in groups if "tq_step_put" in g]
+    assert sum(g.count("tq_step_put") for g in with_puts) == n
+    assert all(g.count("tq_step_put") <= 200 for g in groups), [len(g) for g in groups]
+    first = with_puts[0]
+    assert first == ["tq_step_put"] * 200, first[:3] + ["..."] + first[-3:]
+    # in every group, the puts come before any other write
+    for g in groups:
+        if "tq_step_put" in g:
+            assert g[:g.count("tq_step_put")] == ["tq_step_put"] * g.count("tq_step_put"), g
+
+
 def test_asyncio_a_cancelled_attempt_in_a_group_is_cancelled_alone(db_path):
     n = 10
     conn = connect(db_path)
@@ -218,34 +253,38 @@ WORKER = textwrap.dedent(r"""
     import asyncio, os, sys
     sys.path.insert(0, sys.argv[3])
     import tinyq
-    path, log_path = sys.argv[1], sys.argv[2]
+    path, log_path, shape = sys.argv[1], sys.argv[2], sys.argv[4]
     log = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
 
     async def main():
         q = tinyq.AsyncQueue(path, "q")
 
         async def model(n):
-            await asyncio.sleep(0.001 * (n % 7))
+            # "mixed": calls of 0-6 ms; "waves": 0.1 s each, a thousand at once, so that the
+            # jobs of the next wave are claimed ahead and the puts are cut in parts
+            await asyncio.sleep(0.001 * (n % 7) if shape == "mixed" else 0.1)
             return {"answer": n}
 
         async def handler(payload, run):
             await run.step("answer", lambda: model(payload["n"]))
             os.write(log, (run.id + "\n").encode())   # the step returned: recorded, synced
             os.fsync(log)
-            await asyncio.sleep(0.05 * (payload["n"] % 3))
+            if shape == "mixed":
+                await asyncio.sleep(0.05 * (payload["n"] % 3))
 
-        await q.work(handler, concurrency=200, poll=0.05)
+        await q.work(handler, concurrency=200 if shape == "mixed" else 1000, poll=0.05)
     asyncio.run(main())
 """)
 
 
-def test_DUR_01_asyncio_steps_that_returned_survive_sigkill(db_path, tmp_path):
+@pytest.mark.parametrize("shape", ["mixed", "waves"])
+def test_DUR_01_asyncio_steps_that_returned_survive_sigkill(db_path, tmp_path, shape):
     conn = connect(db_path)
-    ids = added(conn, "q", 3000)
+    ids = added(conn, "q", 3000 if shape == "mixed" else 6000)
     log_path = str(tmp_path / "returned.log")
     script = tmp_path / "worker.py"
     script.write_text(WORKER)
-    proc = subprocess.Popen([PY, str(script), db_path, log_path, os.path.join(ROOT, "python")],
+    proc = subprocess.Popen([PY, str(script), db_path, log_path, os.path.join(ROOT, "python"), shape],
                             stderr=subprocess.PIPE)
 
     def returned():
@@ -255,11 +294,12 @@ def test_DUR_01_asyncio_steps_that_returned_survive_sigkill(db_path, tmp_path):
         except FileNotFoundError:
             return []
     try:
-        until(lambda: len(returned()) >= 500 or proc.poll() is not None, "500 steps to return")
+        least = 500 if shape == "mixed" else 1500   # "waves": into the second wave at least
+        until(lambda: len(returned()) >= least or proc.poll() is not None, "%d steps to return" % least)
     finally:
         proc.send_signal(signal.SIGKILL)
         proc.wait()
     assert proc.returncode == -signal.SIGKILL, proc.stderr.read().decode()
     done = returned()
-    assert 500 <= len(done) < len(ids)    # killed mid-run
+    assert least <= len(done) < len(ids)    # killed mid-run
     assert [i for i in done if kept(conn, i) is None] == []

@@ -499,3 +499,51 @@ test('a Worker refuses bad queues by name, and one stop() ends every queue (issu
   worker.close();
   adder.close();
 });
+
+test('prefetch (auto): handlers that started together get their next jobs claimed while they run', async () => {
+  // 'auto' predicts the ends of handlers that average under a second: a second wave that
+  // started together, held open here, gets the third claimed ahead while it still runs
+  // (with prefetch: 0 none would be, and the wait below would time out).
+  const concurrency = 4;
+  const q = newQueue();
+  const ids = addJobs(q, 3 * concurrency);
+  let release;
+  const gate = new Promise((resolve) => { release = resolve; });
+  const started = [];
+  const working = q.work(async (payload, run) => {
+    started.push(run.id);
+    const i = ids.indexOf(run.id);
+    if (i < concurrency) await sleep(200); // the first wave: the average handler's time
+    else if (i < 2 * concurrency) await gate; // the second: held until the third is claimed
+  }, { concurrency });
+  const second = ids.slice(concurrency, 2 * concurrency);
+  const third = ids.slice(2 * concurrency);
+  let early;
+  try {
+    await until(() => second.every((id) => started.includes(id)));
+    await until(() => third.every((id) => q.get(id).state === 'running')); // claimed, however long it takes
+    early = third.filter((id) => started.includes(id));
+  } finally {
+    release(); // a failure above must not leave handlers that stop() would wait for forever
+  }
+  await until(() => ids.every((id) => q.get(id).state === 'done'));
+  await q.stop();
+  await working;
+  assert.deepEqual(early, []);
+  assert.deepEqual(started, ids);
+});
+
+test('a handler that ends while the claim commits is settled without waiting for a wake-up', async () => {
+  // Fast handlers end while the worker's claim commits; the claim that drains the queue then
+  // put the worker to sleep in tq_wait_any with their settles still pending (until the lease
+  // ran out). With an hour's lease, every round must settle all its jobs.
+  for (let round = 0; round < 10; round++) {
+    const q = newQueue();
+    q.settings({ lease: '1h' });
+    const ids = addJobs(q, 60);
+    const working = q.work(async () => {}, { concurrency: 4 });
+    await until(() => ids.every((id) => q.get(id).state === 'done'));
+    await q.stop();
+    await working;
+  }
+});

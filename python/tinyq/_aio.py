@@ -50,6 +50,16 @@ log = logging.getLogger("tinyq")
 __all__ = ["AsyncQueue", "AsyncRun", "AsyncWorker"]
 
 
+PUTS_PER_COMMIT = 200   # step puts in one group commit at most (_DbThread._next_group)
+# While no handler runs, a claim takes CLAIM_PART jobs at most (a larger want is claimed
+# over the next turns): the first of a thousand jobs start after a short commit. A commit
+# takes SETTLES_PER_COMMIT settles at most, and none when more than CLAIM_FIRST are due and
+# jobs are to be claimed: then the claim goes first, alone.
+CLAIM_PART = 250
+SETTLES_PER_COMMIT = 250
+CLAIM_FIRST = 100
+
+
 class _DbThread:
     """One thread and one connection (an OwnedConnection: closed before a fork while idle,
     reopened in each process): every call runs there, in order, so the loop never waits
@@ -57,12 +67,15 @@ class _DbThread:
 
     def __init__(self, connect: Callable[[], Any], name: str):
         self._owned = OwnedConnection(connect)
+        self._connect = connect
         self._name = name
         self._pid = 0
         self._pool: Optional[ThreadPoolExecutor] = None
         # for the next turn of the thread: (write, is it a read, its caller's future)
         self._pending: List[Tuple[Write, bool, "asyncio.Future[Any]"]] = []
         self._committer: Optional["asyncio.Task[None]"] = None
+        self._put_off = False      # the last turn left writes other than step puts for this one
+        self._reader: Optional["_DbThread"] = None   # reads' own thread and connection (read())
 
     def _run(self, fn: Callable[..., Any], args: tuple) -> Any:
         with self._owned.lock:
@@ -84,9 +97,13 @@ class _DbThread:
         return await self._next_turn(write, False)
 
     async def read(self, read: Write) -> Any:
-        """`read` in the next turn of the thread, beside the other reads asked for
-        meanwhile (one hop to the thread for all of them), outside a transaction."""
-        return await self._next_turn(read, True)
+        """`read` in the next turn of a thread of its own (and its own connection: in WAL a
+        read does not wait for a writer), beside the other reads asked for meanwhile (one hop
+        to that thread for all of them), outside a transaction. A handler that starts reads
+        its kept steps at once, rather than after the commit the writes' thread is in."""
+        if self._reader is None:
+            self._reader = _DbThread(self._connect, self._name + "-reads")
+        return await self._reader._next_turn(read, True)
 
     async def _next_turn(self, write: Write, read: bool) -> Any:
         future = asyncio.get_running_loop().create_future()
@@ -97,12 +114,10 @@ class _DbThread:
 
     async def _turns(self) -> None:
         """Runs the pending reads, then commits the pending writes, one group per turn of
-        the thread, until none is left. The reads are answered before the commit: a handler
-        that starts while a batch of settles and claims commits (a job claimed ahead) reads
-        its kept steps at once, rather than after that batch."""
+        the thread, until none is left (_next_group: step puts first)."""
         try:
             while self._pending:
-                turn, self._pending = self._pending, []
+                turn, self._pending = self._next_group(self._pending)
                 reads = [(write, future) for write, read, future in turn if read]
                 writes = [(write, future) for write, read, future in turn if not read]
                 if reads:
@@ -111,6 +126,23 @@ class _DbThread:
                     await self._serve(commit_group, writes)
         finally:
             self._committer = None
+
+    def _next_group(self, pending: List[Tuple[Write, bool, "asyncio.Future[Any]"]]) -> Tuple[list, list]:
+        """This turn's part of `pending`, and what is left for the next. Step puts go first
+        and at most PUTS_PER_COMMIT of them: a handler waits for its put, while a settle or
+        a claim ahead waits for nobody, so a wave of puts is not queued behind a commit of a
+        thousand settles, and the first handlers of the wave go on after a small commit.
+        Past that many puts, the other writes wait for the next turn, once at most."""
+        puts = [item for item in pending if item[0].function == "tq_step_put"]
+        if len(puts) <= PUTS_PER_COMMIT and not (self._put_off and len(puts) < len(pending)):
+            self._put_off = False
+            return puts + [item for item in pending if item[0].function != "tq_step_put"], []
+        others = [item for item in pending if item[0].function != "tq_step_put"]
+        if self._put_off:                    # put off once already: they go now, after the puts
+            self._put_off = False
+            return puts[:PUTS_PER_COMMIT] + others, puts[PUTS_PER_COMMIT:]
+        self._put_off = bool(others)
+        return puts[:PUTS_PER_COMMIT], puts[PUTS_PER_COMMIT:] + others
 
     async def _serve(self, run: Callable[[Any, List[Write]], None], part: List[Tuple[Write, "asyncio.Future[Any]"]]) -> None:
         """`run(conn, writes)` on the thread, then each caller's answer."""
@@ -130,6 +162,8 @@ class _DbThread:
                 _resolve(future, write)
 
     async def close(self) -> None:
+        if self._reader is not None:
+            await self._reader.close()
         if self._pool is not None and self._pid == os.getpid():
             await asyncio.get_running_loop().run_in_executor(self._pool, self._owned.close)
             self._pool.shutdown(wait=False)
@@ -195,14 +229,23 @@ class AsyncRun(RunBase):
 
 class _Pace(Pace):
     """How many jobs work() claims ahead of its running handlers (`prefetch`). A whole
-    number is fixed. "auto" claims ahead the jobs that its handlers are expected to end
-    while one settle-and-claim commits: concurrency x that commit's time / a handler's time
-    (moving averages), rounded down (handlers far longer than a commit claim none ahead: one
-    would wait a whole handler's time), at most `concurrency`, and AUTO_AHEAD at least while
-    the handlers take under FAST seconds (the threads' rule, Pace). A place that frees then
-    starts a job at once, instead of after the commit that settles its last job and claims
-    the next, and a job claimed ahead waits about one such commit for its place. The first
-    claim takes only the free places."""
+    number is fixed. "auto" claims ahead the more of two counts:
+    - the jobs that its handlers are expected to end while one settle-and-claim commits:
+      concurrency x that commit's time / a handler's time (moving averages), rounded down
+      (handlers far longer than a commit claim none ahead: one would wait a whole handler's
+      time), at most `concurrency`, and AUTO_AHEAD at least while the handlers take under
+      FAST seconds (the threads' rule, Pace);
+    - while the handlers take under PREDICT_S on average (and longer than the lead), the
+      running handlers expected (from their start and that average) to end within the next
+      `lead()` seconds, two settle-and-claims' time: handlers that started together end
+      together (a thousand model calls of 0.2 s), so the jobs they make way for are claimed
+      just before, while the handlers still run, and a job claimed ahead waits about that
+      lead for its place. _AsyncWork wakes for it on a timer, not only when a handler ends.
+    A place that frees then starts a job at once, instead of after the commit that settles
+    its last job and claims the next. The first claim takes only the free places."""
+
+    PREDICT_S = 1.0
+    LEAD_MIN_S = 0.02
 
     def __init__(self, prefetch: Any, concurrency: int):
         super().__init__(prefetch)               # `average`: a handler's time
@@ -220,6 +263,15 @@ class _Pace(Pace):
         ending = self.concurrency * self.commit / max(self.average, 1e-6)
         return max(self.AUTO_AHEAD if self.average < self.FAST else 0,
                    min(self.concurrency, int(ending)))   # rounded down: none for long handlers
+
+    def predicts(self) -> bool:
+        """Whether handlers' ends are predicted: auto, handlers that average under PREDICT_S
+        and over the lead (shorter ones are all as good as ended: the commit-time rule serves)."""
+        return (self.fixed is None and self.average is not None
+                and self.lead() < self.average < self.PREDICT_S)
+
+    def lead(self) -> float:
+        return max(self.LEAD_MIN_S, 2 * (self.commit or 0.0))
 
 
 class _AsyncWork:
@@ -250,6 +302,9 @@ class _AsyncWork:
         self.may_claim = True
         self.event = asyncio.Event()
         self.handled = 0
+        # running handlers in the order they started, with their start (monotonic); those
+        # that ended leave it from the front (predicted())
+        self.starts: Deque[Tuple[float, AsyncRun]] = collections.deque()
 
     def wake(self) -> None:
         self.event.set()
@@ -266,9 +321,18 @@ class _AsyncWork:
                 self.event.clear()
                 stopping = self.owner._stopping
                 free = 0 if stopping else self.concurrency - len(self.tasks)
-                want = 0 if stopping or not self.may_claim else free + self.pace.ahead() - len(self.ahead)
+                ahead, wake_at = self.pace.ahead(), None
+                if self.pace.predicts() and not stopping:
+                    due, wake_at = self.predicted(len(self.ahead) - free)
+                    ahead = max(ahead, min(self.concurrency, due))
+                want = 0 if stopping or not self.may_claim else free + ahead - len(self.ahead)
+                if not self.tasks:
+                    want = min(want, CLAIM_PART)
                 if self.finished or want > 0:
-                    batch, self.finished = self.finished, []
+                    # many settles due and jobs to claim: the claim first, alone (its
+                    # handlers are waiting; the settles wait for nobody)
+                    batch = [] if want > 0 and len(self.finished) > CLAIM_FIRST else self.finished[:SETTLES_PER_COMMIT]
+                    del self.finished[:len(batch)]
                     args = None if want <= 0 else claim_args(self.name, self.worker, want, self.lease_options)
                     started = time.monotonic()
                     jobs = await self.settle_and_claim(sql, batch, args)
@@ -280,10 +344,37 @@ class _AsyncWork:
                     continue
                 if stopping:
                     break        # finish() waits for the work in flight
-                await self.event.wait()
+                if wake_at is None or not self.may_claim:
+                    await self.event.wait()
+                    continue
+                try:             # or when the next handlers are expected to be near their end
+                    await asyncio.wait_for(self.event.wait(), max(wake_at - time.monotonic(), 0.001))
+                except asyncio.TimeoutError:
+                    pass
         finally:
             await _uncancellable(self.finish(sql, heartbeat))
         return self.handled
+
+    def predicted(self, covered: int) -> Tuple[int, Optional[float]]:
+        """How many running handlers are expected to end within the pace's lead (from their
+        start and the average handler's time), and when to look again: when the first
+        running handler beyond the `covered` ones (as many as the jobs claimed ahead that no
+        free place takes) comes within that lead. None: no such handler."""
+        while self.starts and self.starts[0][1] not in self.running:
+            self.starts.popleft()
+        average, lead = self.pace.average or 0.0, self.pace.lead()
+        horizon = time.monotonic() + lead - average    # started by then: expected to end soon
+        due, seen, wake_at = 0, 0, None
+        for started, run in self.starts:
+            if run not in self.running:
+                continue
+            if started <= horizon:
+                due += 1
+            elif seen >= covered:
+                wake_at = started + average - lead
+                break
+            seen += 1
+        return due, wake_at
 
     async def finish(self, sql: str, heartbeat: "asyncio.Future[None]") -> None:
         """Claim nothing more, wait for the work in flight, settle it, let go of everything."""
@@ -354,6 +445,9 @@ class _AsyncWork:
                 self.runs.pop(run, None)
                 continue
             self.handled += 1
+            # running from now on, for predicted(): its handler starts in this turn of the loop
+            self.running.add(run)
+            self.starts.append((time.monotonic(), run))
             task = asyncio.ensure_future(self.run_job(run))
             self.tasks.add(task)
             task.add_done_callback(self.job_ended)
