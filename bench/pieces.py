@@ -49,19 +49,20 @@ def events_out():
             + without("tinyq_jobs_changed", "INSERT INTO tinyq_events", "OLD.last_event);\n"))
 
 
-GROUPS_OUT = "DROP TRIGGER tinyq_jobs_parked_added; DROP TRIGGER tinyq_jobs_grouped;\n"
+GROUPS_OUT = "DROP TRIGGER tinyq_jobs_grouped;\n"
+LINED_OUT = "DROP TRIGGER tinyq_jobs_lined;\n"
 SPILL_OUT = "DROP TRIGGER tinyq_counts_spilled;\n"
-# The queue's row made first, so that the add's trigger may skip its INSERT OR IGNORE.
+# The queue's row made first (as any add after the first finds it).
 QUEUE_MADE = "INSERT INTO tinyq_queues (name) VALUES ('%s');\n" % L.QUEUE
 VARIANTS = [
     ("tinyq as built", lambda: ""),
-    ("without the group triggers' frames (tinyq_jobs_parked_added, tinyq_jobs_grouped)", lambda: GROUPS_OUT),
-    ("without tinyq_counts_spilled (a line's buckets; its frame fires on every count)", lambda: SPILL_OUT),
-    ("without the add's INSERT OR IGNORE INTO tinyq_queues",
-     lambda: QUEUE_MADE + without("tinyq_jobs_added", "INSERT OR IGNORE INTO tinyq_queues", ";\n")),
+    ("without the group trigger's frame (tinyq_jobs_grouped)", lambda: GROUPS_OUT),
+    ("without the line's trigger (tinyq_jobs_lined; its frame fires on every claim)", lambda: LINED_OUT),
+    ("without the add's UPDATE for a line cut into buckets",
+     lambda: without("tinyq_jobs_added", "  -- A line cut into buckets", "next_seq)) END\n  WHERE queue = NEW.queue AND NEW.status = 'queued' AND (spill IS NOT NULL OR queued > 1024);\n")),
     ("without the event rows (WAT-01)", lambda: QUEUE_MADE + events_out()),
     ("without any trigger on tinyq_jobs (no events, no counts)",
-     lambda: GROUPS_OUT + SPILL_OUT + "DROP TRIGGER tinyq_jobs_added; DROP TRIGGER tinyq_jobs_changed;\n"),
+     lambda: GROUPS_OUT + LINED_OUT + SPILL_OUT + "DROP TRIGGER tinyq_jobs_added; DROP TRIGGER tinyq_jobs_changed;\n"),
 ]
 FLOORS = [("floor", ()), ("floor without the counts", ("counts",)), ("floor without the event log", ("events",)),
           ("floor without both", ("counts", "events"))]

@@ -1,6 +1,6 @@
--- tinyq store, version 8: what a new store is created with. A store made by an older
+-- tinyq store, version 9: what a new store is created with. A store made by an older
 -- tinyq is brought here by sql/migrate_N_to_M.sql instead (tests/fixtures/v1_store.sql to
--- tests/fixtures/v7_store.sql are versions 1 to 7 as they shipped).
+-- tests/fixtures/v8_store.sql are versions 1 to 8 as they shipped).
 -- Every object is named tinyq_*; nothing else is touched.
 -- Value columns are declared BLOB: no affinity, so text such as '0012' is kept as given.
 
@@ -172,23 +172,62 @@ CREATE TRIGGER tinyq_jobs_added AFTER INSERT ON tinyq_jobs BEGIN
   VALUES (NEW.id, NEW.queue,
           CASE NEW.status WHEN 'queued' THEN 'waiting' ELSE NEW.status END,
           NEW.attempt, NEW.changed_at, NEW.note);
-  INSERT OR IGNORE INTO tinyq_queues (name) VALUES (NEW.queue);
-  -- A job is added scheduled, waiting or blocked; its queue's counters row exists (tinyq_queues_added).
-  -- spill: see tinyq_counts. The job's key is computed only for a line cut into buckets:
-  -- `+ (spill IS NULL)` (0 where it is computed) keeps SQLite from computing it once up front,
-  -- as it does for an expression of NEW alone.
-  UPDATE tinyq_counts SET scheduled = scheduled + (NEW.status = 'scheduled'), queued = queued + (NEW.status = 'queued'),
-    blocked = blocked + (NEW.status = 'blocked'),
-    spill = CASE WHEN NEW.status IS NOT 'queued' THEN CASE WHEN spill IS NULL THEN NULL ELSE '' END
-                 WHEN spill IS NULL THEN CASE WHEN queued >= 1024 THEN '>' END
+  -- A job is added scheduled, waiting or blocked. The first job of a queue makes its
+  -- counters row, and that its tinyq_queues row (tinyq_counts_added, schema 9).
+  INSERT INTO tinyq_counts (queue, scheduled, queued, blocked)
+  VALUES (NEW.queue, NEW.status = 'scheduled', NEW.status = 'queued', NEW.status = 'blocked')
+  ON CONFLICT (queue) DO UPDATE SET scheduled = scheduled + excluded.scheduled,
+    queued = queued + excluded.queued, blocked = blocked + excluded.blocked;
+  -- A line cut into buckets (or just grown past 1024: `queued` is counted above) is told
+  -- where the job joins it (spill: see tinyq_counts), in an UPDATE of its own, so that the
+  -- counts above fire no trigger of tinyq_counts. `+ (spill IS NULL)` (0 where it is
+  -- computed) keeps SQLite from computing the key once up front, as it does for an
+  -- expression of NEW alone.
+  UPDATE tinyq_counts SET
+    spill = CASE WHEN spill IS NULL THEN '>'
                  WHEN (next_priority, NEW.run_at, NEW.seq) >= (NEW.priority, next_run_at, next_seq) THEN '+' || printf('%08x%d%016x%016x', 2147483647 - NEW.priority, NEW.run_at >= 0, NEW.run_at, NEW.seq + (spill IS NULL))
                  WHEN front >= 1024 THEN '>' ELSE '' END,
-    front = CASE WHEN spill IS NULL THEN NULL ELSE front + (NEW.status = 'queued' AND (next_priority, NEW.run_at, NEW.seq) < (NEW.priority, next_run_at, next_seq)) END
-  WHERE queue = NEW.queue;
+    front = CASE WHEN spill IS NULL THEN NULL ELSE front + ((next_priority, NEW.run_at, NEW.seq) < (NEW.priority, next_run_at, next_seq)) END
+  WHERE queue = NEW.queue AND NEW.status = 'queued' AND (spill IS NOT NULL OR queued > 1024);
 END;
 
 CREATE TRIGGER tinyq_queues_added AFTER INSERT ON tinyq_queues BEGIN
   INSERT OR IGNORE INTO tinyq_counts (queue) VALUES (NEW.name);
+END;
+
+-- A queue's counters row is made by its first job (tinyq_jobs_added) or by tq_queue
+-- (tinyq_queues_added); either way the queue has its row, made once rather than tried by
+-- every add (schema 9).
+CREATE TRIGGER tinyq_counts_added AFTER INSERT ON tinyq_counts BEGIN
+  INSERT OR IGNORE INTO tinyq_queues (name) VALUES (NEW.queue);
+END;
+
+-- A change of status moves a line cut into buckets (or grown past 1024 jobs) when the job
+-- joins or leaves it (spill: see tinyq_counts). Apart from tinyq_jobs_changed, so that its
+-- counts fire no trigger of tinyq_counts, and on `UPDATE OF grp` (schema 9): SQLite starts
+-- a fired trigger's program, sized for its whole body, before it tests the WHEN, so the
+-- statements that change a status name `grp = grp` (timeline.rs, next_event!) except a
+-- settle that cannot touch a line or a group (an ungrouped job's done from running). Created
+-- before tinyq_jobs_changed, so that it fires after it (SQLite fires a change's triggers
+-- newest first) and reads `queued` as counted. A job of the first bucket changes `front`
+-- alone (no trigger); `spill` is written only for what the buckets must do, read after
+-- that `front`: a job past the first bucket, a first bucket over 1024 jobs or empty.
+CREATE TRIGGER tinyq_jobs_lined AFTER UPDATE OF grp ON tinyq_jobs
+WHEN OLD.status IS NOT NEW.status AND (OLD.status = 'queued' OR NEW.status = 'queued') BEGIN
+  UPDATE tinyq_counts SET front = front + CASE WHEN NEW.status = 'queued' THEN 1 ELSE -1 END
+  WHERE queue = NEW.queue AND spill IS NOT NULL
+    AND CASE WHEN NEW.status = 'queued' THEN (next_priority, NEW.run_at, NEW.seq) < (NEW.priority, next_run_at, next_seq)
+             ELSE (next_priority, OLD.run_at, OLD.seq) < (OLD.priority, next_run_at, next_seq) END;
+  UPDATE tinyq_counts SET
+    spill = CASE WHEN spill IS NULL THEN '>'
+                 WHEN NEW.status = 'queued' THEN CASE WHEN (next_priority, NEW.run_at, NEW.seq) >= (NEW.priority, next_run_at, next_seq) THEN '+' || printf('%08x%d%016x%016x', 2147483647 - NEW.priority, NEW.run_at >= 0, NEW.run_at, NEW.seq + (spill IS NULL))
+                                                      ELSE '>' END
+                 ELSE CASE WHEN (next_priority, OLD.run_at, OLD.seq) >= (OLD.priority, next_run_at, next_seq) THEN '-' || printf('%08x%d%016x%016x', 2147483647 - OLD.priority, OLD.run_at >= 0, OLD.run_at, OLD.seq + (spill IS NULL))
+                           ELSE '<' END END
+  WHERE queue = NEW.queue
+    AND CASE WHEN spill IS NULL THEN NEW.status = 'queued' AND queued > 1024
+             WHEN NEW.status = 'queued' THEN (next_priority, NEW.run_at, NEW.seq) >= (NEW.priority, next_run_at, next_seq) OR front > 1024
+             ELSE (next_priority, OLD.run_at, OLD.seq) >= (OLD.priority, next_run_at, next_seq) OR front < 1 END;
 END;
 
 CREATE TRIGGER tinyq_jobs_changed AFTER UPDATE OF status, attempt ON tinyq_jobs
@@ -203,15 +242,7 @@ WHEN OLD.status IS NOT NEW.status OR OLD.attempt IS NOT NEW.attempt BEGIN
     running = running + (NEW.status = 'running') - (OLD.status = 'running'),
     done = done + (NEW.status = 'done') - (OLD.status = 'done'),
     failed = failed + (NEW.status = 'failed') - (OLD.status = 'failed'),
-    blocked = blocked + (NEW.status = 'blocked') - (OLD.status = 'blocked'),
-    spill = CASE WHEN spill IS NULL THEN CASE WHEN NEW.status = 'queued' AND queued >= 1024 THEN '>' END
-                 WHEN NEW.status = 'queued' THEN CASE WHEN (next_priority, NEW.run_at, NEW.seq) >= (NEW.priority, next_run_at, next_seq) THEN '+' || printf('%08x%d%016x%016x', 2147483647 - NEW.priority, NEW.run_at >= 0, NEW.run_at, NEW.seq + (spill IS NULL))
-                                                      WHEN front >= 1024 THEN '>' ELSE '' END
-                 WHEN OLD.status = 'queued' THEN CASE WHEN (next_priority, OLD.run_at, OLD.seq) >= (OLD.priority, next_run_at, next_seq) THEN '-' || printf('%08x%d%016x%016x', 2147483647 - OLD.priority, OLD.run_at >= 0, OLD.run_at, OLD.seq + (spill IS NULL))
-                                                      WHEN front <= 1 THEN '<' ELSE '' END ELSE '' END,
-    front = CASE WHEN spill IS NULL THEN NULL
-                 WHEN NEW.status = 'queued' THEN front + ((next_priority, NEW.run_at, NEW.seq) < (NEW.priority, next_run_at, next_seq))
-                 WHEN OLD.status = 'queued' THEN front - ((next_priority, OLD.run_at, OLD.seq) < (OLD.priority, next_run_at, next_seq)) ELSE front END
+    blocked = blocked + (NEW.status = 'blocked') - (OLD.status = 'blocked')
   WHERE queue = NEW.queue AND OLD.status IS NOT NEW.status;
 END;
 
@@ -359,13 +390,10 @@ END;
 
 -- A group of a queue with group limits has a row: its running leases, its head, and
 -- `dirty` when its room or its due jobs changed (the next claim promotes its next head).
--- Triggers of their own, with a WHEN: ungrouped jobs skip them at the cost of one test.
-CREATE TRIGGER tinyq_jobs_parked_added AFTER INSERT ON tinyq_jobs WHEN NEW.parked = 1 BEGIN
-  INSERT INTO tinyq_groups (queue, grp, dirty) VALUES (NEW.queue, NEW.grp, 1)
-  ON CONFLICT (queue, grp) DO UPDATE SET dirty = 1;
-END;
-
-CREATE TRIGGER tinyq_jobs_grouped AFTER UPDATE OF status ON tinyq_jobs
+-- A job added set aside marks its group in the add itself (jobs.rs, mark_group; schema 9:
+-- a trigger on every insert cost each add its program). A change of status does here, on
+-- `UPDATE OF grp` as tinyq_jobs_lined and for the same reason.
+CREATE TRIGGER tinyq_jobs_grouped AFTER UPDATE OF grp ON tinyq_jobs
 WHEN NEW.grp IS NOT NULL AND OLD.status IS NOT NEW.status BEGIN
   INSERT INTO tinyq_groups (queue, grp, dirty) SELECT NEW.queue, NEW.grp, 1
   WHERE NEW.parked = 1 OR EXISTS (SELECT 1 FROM tinyq_groups WHERE queue = NEW.queue AND grp = NEW.grp)

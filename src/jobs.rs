@@ -141,7 +141,8 @@ pub fn tq_add(conn: &Conn, args: &[Val]) -> Result<Out> {
     // Each statement here is atomic on its own: the INSERT, and the DELETE of a row that is
     // past its window (which any sweep may remove), so no transaction is needed. That keeps
     // an add inside a trigger or the caller's transaction to one statement. A job with
-    // `after` writes its edges too, in one transaction.
+    // `after` writes its edges too, and a grouped one may mark its group (mark_group), in
+    // one transaction.
     let add = || {
         let now = conn.now();
         let run_at = job.at.unwrap_or(now + job.delay.unwrap_or(0));
@@ -182,7 +183,7 @@ pub fn tq_add(conn: &Conn, args: &[Val]) -> Result<Out> {
         }
         Ok(Out::Text(id))
     };
-    if job.after.is_some() {
+    if job.after.is_some() || job.group.is_some() {
         conn.write_tx(add)
     } else {
         conn.write_one(add)
@@ -214,6 +215,7 @@ pub struct Row<'a> {
 /// statement, or two when the id's holder is past its window.
 pub fn insert(conn: &Conn, job: &Row, now: i64) -> Result<bool> {
     if keys::write(conn, job, now)? > 0 {
+        mark_group(conn, job)?;
         return Ok(true);
     }
     // The id is taken: if by a job past its retention window, it is free again (RET-01).
@@ -222,10 +224,27 @@ pub fn insert(conn: &Conn, job: &Row, now: i64) -> Result<bool> {
         &[&job.id, &now],
     )?;
     if freed > 0 && keys::write(conn, job, now)? > 0 {
+        mark_group(conn, job)?;
         return Ok(true);
     }
     keys::check_same_queue(conn, job)?;
     Ok(false)
+}
+
+/// A job written set aside (due, grouped, in a queue with group limits) marks its group,
+/// so that the next claim promotes the group's head (limits/groups.rs). Here rather than in
+/// a trigger on every insert (schema 9): an ungrouped add pays nothing for it. A replace
+/// marks its groups in its own trigger too (tinyq_jobs_replaced); twice is the same.
+fn mark_group(conn: &Conn, job: &Row) -> Result<()> {
+    if job.group.is_none() {
+        return Ok(());
+    }
+    conn.exec(
+        "INSERT INTO tinyq_groups (queue, grp, dirty) SELECT queue, grp, 1 FROM tinyq_jobs WHERE id = ?1 AND parked = 1
+         ON CONFLICT (queue, grp) DO UPDATE SET dirty = 1",
+        &[&job.id],
+    )?;
+    Ok(())
 }
 
 fn generated_id(conn: &Conn, now: i64) -> Result<String> {

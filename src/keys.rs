@@ -104,7 +104,8 @@ pub fn write(conn: &Conn, job: &Row, now: i64) -> Result<i64> {
         concat!(
             insert_job!(),
             " ON CONFLICT (id) DO UPDATE SET",
-            crate::timeline::next_event!(),
+            // `grp` is named below, so the line's and the group's triggers fire (timeline.rs)
+            crate::timeline::next_event_ungrouped!(),
             ", status = CASE WHEN tinyq_jobs.status = 'blocked' THEN 'blocked' WHEN ",
             new_run_at!(),
             " > ?10 THEN 'scheduled' ELSE 'queued' END,

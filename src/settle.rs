@@ -3,7 +3,7 @@
 
 use crate::settings::{self, Settings};
 use crate::sqlite::{Conn, Error, Out, Result, Stmt, Val};
-use crate::timeline::next_event;
+use crate::timeline::{next_event, next_event_ungrouped};
 use crate::waits::{self, Wait};
 use crate::workflows::{self, End};
 use crate::{expiry, options, random, time};
@@ -216,12 +216,13 @@ macro_rules! working_fence {
 pub(crate) use working_fence;
 
 /// SQL: settles `done`, fenced like `held`; the id is kept for `dedupe`, or with no window
-/// while dependents hold it (workflows.rs).
+/// while dependents hold it (workflows.rs). `$event`: `next_event` or, where the fence keeps
+/// out every job whose line or group the settle moves, `next_event_ungrouped`.
 macro_rules! done_sql {
-    ($also:literal) => {
+    ($event:ident, $also:literal) => {
         concat!(
             "UPDATE tinyq_jobs SET",
-            next_event!(),
+            $event!(),
             ", status = 'done', result = ?3, error = NULL, lease_until = NULL, holder = NULL,
                  settled_at = ?4, changed_at = ?4, note = NULL,
                  expires_at = CASE WHEN held IS NULL THEN ?4 + coalesce((SELECT dedupe FROM tinyq_queues WHERE name = tinyq_jobs.queue), ?5) END
@@ -233,11 +234,23 @@ macro_rules! done_sql {
 }
 
 /// Settles `done` in one statement when the job is in no workflow; a job in one settles in
-/// a transaction that also moves its dependents (DEP-01: in the same transaction).
+/// a transaction that also moves its dependents (DEP-01: in the same transaction). The
+/// common case first: an ungrouped job that is not back in line fires no trigger of a
+/// line or a group (timeline.rs); any other job misses it (writing nothing) and is settled
+/// by the statement that names `grp`.
 fn done(conn: &Conn, id: &str, attempt: i64, result: &Val) -> Result<Out> {
     let now = conn.now();
     let values = [&id as &dyn crate::sqlite::Bind, &attempt, result, &now, &settings::DEFAULT_DEDUPE];
-    let n = conn.write_one(|| conn.exec(done_sql!("AND linked IS NULL"), &values))?;
+    let n = conn.write_one(|| {
+        let n = conn.exec(
+            done_sql!(next_event_ungrouped, "AND linked IS NULL AND grp IS NULL AND status <> 'queued'"),
+            &values,
+        )?;
+        if n > 0 {
+            return Ok(n);
+        }
+        conn.exec(done_sql!(next_event, "AND linked IS NULL"), &values)
+    })?;
     if n > 0 {
         return Ok(Out::Int(1));
     }
@@ -245,7 +258,7 @@ fn done(conn: &Conn, id: &str, attempt: i64, result: &Val) -> Result<Out> {
         let Some((job, _)) = held(conn, id, attempt)? else {
             return Ok(Out::Int(0));
         };
-        conn.exec(done_sql!(""), &values)?;
+        conn.exec(done_sql!(next_event, ""), &values)?;
         workflows::ended(conn, job.seq, End::Done, now)?;
         Ok(Out::Int(1))
     })

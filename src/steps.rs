@@ -2,7 +2,7 @@
 
 use crate::settle::{extend_lease, working_fence};
 use crate::sqlite::{Conn, Out, Result, Val};
-use crate::timeline::next_event;
+use crate::timeline::next_event_ungrouped;
 use crate::{options, store};
 
 /// tq_step_get(id, name) -> the kept answer or NULL
@@ -71,7 +71,12 @@ pub fn tq_progress(conn: &Conn, args: &[Val]) -> Result<Out> {
     let value = options::data("value", &args[2], true)?;
     conn.write_one(|| {
         let n = conn.exec(
-            concat!("UPDATE tinyq_jobs SET", next_event!(), ", progress = ?3, changed_at = ?4 WHERE", working_fence!()),
+            concat!(
+                "UPDATE tinyq_jobs SET",
+                next_event_ungrouped!(),
+                ", progress = ?3, changed_at = ?4 WHERE",
+                working_fence!()
+            ),
             &[&id, &attempt, &value, &conn.now()],
         )?;
         Ok(Out::Int(n.min(1)))

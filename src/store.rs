@@ -7,7 +7,7 @@ use crate::sqlite::Conn;
 use crate::sqlite::{Error, Result};
 
 /// What a new store is created with, at this version.
-const STORE: Step = (8, include_str!("../sql/store.sql"), None);
+const STORE: Step = (9, include_str!("../sql/store.sql"), None);
 
 /// A version, the script that brings a store to it, and what tinyq does after the script.
 type Step = (i64, &'static str, Option<fn(&Conn) -> Result<()>>);
@@ -21,6 +21,7 @@ const MIGRATIONS: &[Step] = &[
     (6, include_str!("../sql/migrate_5_to_6.sql"), Some(marks::migrate)),
     (7, include_str!("../sql/migrate_6_to_7.sql"), None),
     (8, include_str!("../sql/migrate_7_to_8.sql"), None),
+    (9, include_str!("../sql/migrate_8_to_9.sql"), None),
 ];
 
 pub fn version() -> i64 {

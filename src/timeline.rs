@@ -14,16 +14,29 @@
 use crate::sqlite::Conn;
 use crate::sqlite::{Result, Val};
 
-/// SQL, in a `SET` of an UPDATE of tinyq_jobs that logs an event: the seq that event gets.
-/// The reference to the row being updated makes the subquery run for each row (an
-/// uncorrelated one is computed once per statement); `seq + 0`, as SQLite folds `seq IS NOT
-/// NULL` (a rowid) to true, and the subquery with it.
+/// SQL, in a `SET` of an UPDATE of tinyq_jobs that logs an event: the seq that event gets,
+/// and `grp = grp`, which makes the triggers of a line and of a group fire
+/// (tinyq_jobs_lined, tinyq_jobs_grouped: `UPDATE OF grp`, schema 9). The reference to the
+/// row being updated makes the subquery run for each row (an uncorrelated one is computed
+/// once per statement); `seq + 0`, as SQLite folds `seq IS NOT NULL` (a rowid) to true, and
+/// the subquery with it.
 macro_rules! next_event {
+    () => {
+        concat!($crate::timeline::next_event_ungrouped!(), ", grp = tinyq_jobs.grp ")
+    };
+}
+pub(crate) use next_event;
+
+/// `next_event!` without `grp = grp`: for a statement that moves no job into or out of a
+/// line and no grouped job (an ungrouped job's done from running, a progress), or that
+/// names `grp` itself (a replace, keys.rs). It fires neither trigger, whose programs SQLite
+/// would start for each row before testing their WHEN.
+macro_rules! next_event_ungrouped {
     () => {
         " last_event = ifnull((SELECT seq FROM tinyq_events WHERE tinyq_jobs.seq + 0 IS NOT NULL ORDER BY seq DESC LIMIT 1), 0) + 1 "
     };
 }
-pub(crate) use next_event;
+pub(crate) use next_event_ungrouped;
 
 /// The columns of a tq_watch row, then `prev`.
 const EVENT: &str = "SELECT seq, id, queue, state, attempt, at, detail, prev FROM tinyq_events WHERE seq = ?1";

@@ -213,6 +213,34 @@ def test_a_recount_after_a_dropped_trigger_counts_and_logs_again(busy, db_path):
     assert [r[0] for r in busy.execute("SELECT state FROM tq_watch WHERE job = ?", (job["id"],))] == ["waiting", "done"]
 
 
+def trigger_order(conn):
+    return [r[0] for r in conn.execute(
+        "SELECT name FROM sqlite_master WHERE type = 'trigger' AND tbl_name = 'tinyq_jobs' ORDER BY rowid")]
+
+
+def test_a_recount_creates_the_triggers_again_in_the_order_of_a_new_store(busy, db_path, tmp_path):
+    # SQLite fires a change's triggers newest first, and tinyq_jobs_lined reads the counts
+    # tinyq_jobs_changed wrote: created again in name order, a long line would count wrong.
+    new = connect(str(tmp_path / "new.db"))
+    one(new, "SELECT tq_add('q', '{}')")
+    busy.execute("UPDATE tinyq_counts SET running = running + 5 WHERE queue = 'long'")
+    check(busy, recount=True)
+    assert trigger_order(busy) == trigger_order(new)
+    reopened = connect(db_path)  # the order SQLite reads back from the file
+    pin(reopened, NOW)
+    assert trigger_order(reopened) == trigger_order(new)
+    rows = claim(reopened, "long", "w", 600)
+    for row in rows[:300]:
+        assert settle(reopened, row["id"], row["attempt"], "done") == 1
+    add(reopened, "long", "{}", id="new", priority=1)
+    check_buckets(reopened)
+    assert check(reopened) == []
+    last = one(reopened, "SELECT id FROM tinyq_jobs WHERE queue = 'long' ORDER BY seq DESC LIMIT 1")
+    assert get(reopened, last)["ahead"] == plain_ahead(reopened, last)
+    reopened.close()
+    new.close()
+
+
 def test_a_garbage_schema_version_hides_the_store_until_a_recount(busy, db_path):
     busy.execute("UPDATE tinyq_meta SET value = 'six' WHERE key = 'schema_version'")
     reader = connect(db_path)

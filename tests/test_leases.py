@@ -7,8 +7,10 @@ Time is pinned with tq_clock wherever possible, so nothing here depends on sleep
 import json
 import time
 
-from helpers import (HOUR, MIN, SEC, T0, add, claim, claim_one, get, one, pin, renew, run_python, settle,
-                     snapshot)
+import pytest
+
+from helpers import (HOUR, MIN, SEC, T0, add, bulk_add, check_buckets, claim, claim_one, get, one, pin, plain_ahead,
+                     renew, run_python, settle, snapshot)
 from helpers import setq as set_queue
 
 
@@ -276,6 +278,37 @@ def test_JOB_05_late_settle_counts_even_after_a_claim_reaped_but_did_not_take_it
     job = get(db, jid)
     assert job["state"] == "scheduled"
     assert job["error"] == "late failure"
+
+
+@pytest.mark.parametrize("line", ["short", "long", "grouped"])
+def test_JOB_05_a_late_done_of_a_job_back_in_line_takes_it_out_of_the_line(db, line):
+    # The job's lease ran out and a claim put it back in line, at its old place (the front);
+    # its worker's late `done` still counts, and the job leaves the line as a claim would
+    # have taken it: the counts, a long line's buckets, `ahead` and its group's turn.
+    pin(db, T0)
+    if line == "grouped":
+        set_queue(db, "late", group_concurrency=1)
+    opts = {"group": "g"} if line == "grouped" else {}
+    jid = add(db, "late", id="slow", **opts)
+    claim_one(db, "late", "w1", {"lease": "1s"})
+    add(db, "late", id="urgent", priority=10)
+    add(db, "late", id="behind")
+    if line == "long":
+        bulk_add(db, "late", 1100)
+    if line == "grouped":
+        add(db, "late", id="next", group="g")
+    pin(db, T0 + 10 * SEC)
+    assert claim_one(db, "late", "w2")["id"] == "urgent"   # reaps 'slow', does not claim it
+    assert get(db, jid)["state"] == "waiting"
+    waiting = one(db, "SELECT waiting FROM tq_stats('late')")
+    assert settle(db, jid, 1, "done", '{"late": 1}') == 1
+    assert (get(db, jid)["state"], get(db, jid)["result"]) == ("done", {"late": 1})
+    assert one(db, "SELECT waiting FROM tq_stats('late')") == waiting - 1
+    check_buckets(db)
+    last = one(db, "SELECT id FROM tinyq_jobs WHERE queue = 'late' AND status = 'queued' ORDER BY seq DESC LIMIT 1")
+    assert get(db, last)["ahead"] == plain_ahead(db, last)
+    if line == "grouped":
+        assert {r["id"] for r in claim(db, "late", "w3", 5)} == {"behind", "next"}  # the group's next gets its turn
 
 
 def test_JOB_05_late_snooze_of_a_job_failed_by_its_leases_runs_again_with_working_leases(db):

@@ -12,7 +12,7 @@ import pytest
 from helpers import ROOT, check_buckets, claim, connect, get, one, plain_ahead
 
 NOW = 1_900_000_000_000
-CURRENT = 8  # the schema version this build creates
+CURRENT = 9  # the schema version this build creates
 DAY = 86_400_000
 
 
@@ -47,7 +47,7 @@ def v1_store(path, version=1):
     return events
 
 
-@pytest.mark.parametrize("version", [1, 2, 3, 4, 5, 6, 7])
+@pytest.mark.parametrize("version", [1, 2, 3, 4, 5, 6, 7, 8])
 def test_old_store_migrates_to_current_on_first_write_keeping_jobs(tmp_path, version):
     path = str(tmp_path / "old.db")
     events_before = v1_store(path, version)
@@ -106,7 +106,12 @@ def shape(db):
     return {(t, n, tbl): " ".join((sql or "").replace('"tinyq_jobs"', "tinyq_jobs").split()) for t, n, tbl, sql in rows}
 
 
-@pytest.mark.parametrize("version", [1, 2, 3, 4, 5, 6, 7])
+def trigger_order(db, table):
+    return [r[0] for r in db.execute(
+        "SELECT name FROM sqlite_master WHERE type = 'trigger' AND tbl_name = ? ORDER BY rowid", (table,))]
+
+
+@pytest.mark.parametrize("version", [1, 2, 3, 4, 5, 6, 7, 8])
 def test_migrated_store_has_the_schema_of_a_new_store(tmp_path, version):
     old = str(tmp_path / "old.db")
     v1_store(old, version)
@@ -116,6 +121,9 @@ def test_migrated_store_has_the_schema_of_a_new_store(tmp_path, version):
     one(new, "SELECT tq_add('q', '{}')")
     assert shape(migrated) == shape(new)
     assert len(shape(new)) > 10
+    # SQLite fires a change's triggers newest first, and some read what another wrote
+    # (tinyq_jobs_lined after tinyq_jobs_changed): the order is part of the store.
+    assert trigger_order(migrated, "tinyq_jobs") == trigger_order(new, "tinyq_jobs")
     assert ("table", "tinyq_schedules", "tinyq_schedules") in shape(new)
     migrated.close()
     new.close()
@@ -195,6 +203,37 @@ def test_long_line_of_a_v4_store_is_cut_into_buckets(tmp_path):
     one(db, "SELECT tq_add('long', '{}', '{\"id\": \"new\", \"priority\": 1}')")
     check_buckets(db)
     assert get(db, "new")["ahead"] == plain_ahead(db, "new")
+    db.close()
+
+
+def test_long_line_of_a_v8_store_stays_exact_after_its_migration(tmp_path):
+    """Schema 9 moves the line's bookkeeping to triggers of their own (tinyq_jobs_lined): a
+    line that version 8 cut into buckets goes on being counted exactly through claims,
+    settles and adds after the upgrade."""
+    path = str(tmp_path / "old.db")
+    v1_store(path, 8)
+    db = sqlite3.connect(path, isolation_level=None)
+    db.execute("WITH RECURSIVE c(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM c WHERE i < 1500)"
+               " INSERT INTO tinyq_jobs (id, queue, status, priority, run_at, payload, created_at, changed_at)"
+               " SELECT 'l-' || i, 'long', 'queued', i % 3, ? + i % 7, '{}', ?, ? FROM c", (NOW - DAY, NOW - DAY, NOW - DAY))
+    cut = one(db, "SELECT count(*) FROM tinyq_buckets WHERE queue = 'long'")
+    db.close()
+    assert cut >= 1  # version 8's triggers cut it as it grew
+    db = connect(path)
+    one(db, "SELECT tq_clock(?)", NOW)
+    one(db, "SELECT tq_add('other', '{}')")  # the first write migrates
+    assert one(db, "SELECT value FROM tinyq_meta WHERE key = 'schema_version'") == CURRENT
+    check_buckets(db)
+    rows = claim(db, "long", "w", 600)
+    for r in rows[:300]:
+        assert one(db, "SELECT tq_settle(?, ?, 'done')", r["id"], r["attempt"]) == 1
+    for r in rows[300:]:
+        assert one(db, "SELECT tq_settle(?, ?, 'retry', 0)", r["id"], r["attempt"]) == 1
+    one(db, "SELECT tq_add('long', '{}', '{\"id\": \"new\", \"priority\": 1}')")
+    check_buckets(db)
+    assert db.execute("SELECT waiting, running, done FROM tq_stats('long')").fetchone() == (1201, 0, 300)
+    for job_id in ("l-1", "l-700", "l-1500", "new"):
+        assert get(db, job_id)["ahead"] == plain_ahead(db, job_id), job_id
     db.close()
 
 

@@ -39,7 +39,7 @@ pub fn run(conn: &Conn, found: &[Problem]) -> Result<()> {
             )?;
         }
         store::ensure(conn)?; // an older store is upgraded first
-        let triggers: Vec<&Object> = shape.objects.iter().filter(|o| o.kind == "trigger").collect();
+        let triggers = in_store_order(shape.objects.iter().filter(|o| o.kind == "trigger").collect());
         for t in &triggers {
             conn.exec_script(&format!("DROP TRIGGER IF EXISTS {}", quoted(&t.name)))?;
         }
@@ -86,6 +86,15 @@ fn tables_are_current(conn: &Conn, found: &[Problem]) -> bool {
             && shape.objects.iter().any(|o| o.kind == "table" && o.name == p.object)
     });
     matches!(has_meta, Ok(Some(1))) && !table_problem
+}
+
+/// The objects in the order sql/store.sql creates them: SQLite fires the triggers of one
+/// change newest first, and some read what an older one wrote (tinyq_jobs_lined after
+/// tinyq_jobs_changed), so created again in name order they would count wrong.
+fn in_store_order(mut objects: Vec<&Object>) -> Vec<&Object> {
+    let at = |o: &Object| store::script().find(&format!("CREATE TRIGGER {} ", o.name)).unwrap_or(usize::MAX);
+    objects.sort_by_key(|o| at(o));
+    objects
 }
 
 fn quoted(name: &str) -> String {
