@@ -295,16 +295,15 @@ class _AsyncWork:
         self.tasks: Set[asyncio.Task] = set()
         self.runs: Dict[AsyncRun, float] = {}        # leased job -> monotonic time of its renewal
         self.beat = asyncio.Event()                  # a run to renew came: the heartbeat wakes
-        self.running: Set[AsyncRun] = set()          # runs whose handler is running (stop's grace)
+        # runs whose handler is running (stop's grace), in the order they started, with their
+        # start (monotonic; predicted())
+        self.running: Dict[AsyncRun, float] = {}
         self.ahead: Deque[AsyncRun] = collections.deque()   # claimed ahead, not started (prefetch)
         self.pace = _Pace(prefetch, concurrency)
         self.finished: List[Tuple[AsyncRun, str, Any]] = []
         self.may_claim = True
         self.event = asyncio.Event()
         self.handled = 0
-        # running handlers in the order they started, with their start (monotonic); those
-        # that ended leave it from the front (predicted())
-        self.starts: Deque[Tuple[float, AsyncRun]] = collections.deque()
 
     def wake(self) -> None:
         self.event.set()
@@ -360,14 +359,10 @@ class _AsyncWork:
         start and the average handler's time), and when to look again: when the first
         running handler beyond the `covered` ones (as many as the jobs claimed ahead that no
         free place takes) comes within that lead. None: no such handler."""
-        while self.starts and self.starts[0][1] not in self.running:
-            self.starts.popleft()
         average, lead = self.pace.average or 0.0, self.pace.lead()
         horizon = time.monotonic() + lead - average    # started by then: expected to end soon
         due, seen, wake_at = 0, 0, None
-        for started, run in self.starts:
-            if run not in self.running:
-                continue
+        for started in self.running.values():
             if started <= horizon:
                 due += 1
             elif seen >= covered:
@@ -446,8 +441,7 @@ class _AsyncWork:
                 continue
             self.handled += 1
             # running from now on, for predicted(): its handler starts in this turn of the loop
-            self.running.add(run)
-            self.starts.append((time.monotonic(), run))
+            self.running[run] = time.monotonic()
             task = asyncio.ensure_future(self.run_job(run))
             self.tasks.add(task)
             task.add_done_callback(self.job_ended)
@@ -466,7 +460,6 @@ class _AsyncWork:
     async def run_job(self, run: AsyncRun) -> None:
         """One job, in its own task (so its own context: current_run is this run)."""
         current_run.set(run)
-        self.running.add(run)
         started = time.monotonic()
         try:
             try:
@@ -477,7 +470,7 @@ class _AsyncWork:
                 outcome, value = result_outcome(run, result)
         finally:
             self.runs.pop(run, None)
-            self.running.discard(run)
+            self.running.pop(run, None)
             run._end("finished")
             self.pace.took(time.monotonic() - started)
         if outcome is not None and not run.cancelled:
