@@ -107,6 +107,14 @@ def plain_ahead(conn, job_id):
           AND (o.priority > j.priority OR (o.priority = j.priority
                AND (o.run_at < j.run_at OR (o.run_at = j.run_at AND o.seq < j.seq))))""", job_id)
 
+def trigger_order(conn, table="tinyq_jobs"):
+    """The names of `table`'s triggers in the order they were created: SQLite fires one
+    change's triggers newest first, and some read what another wrote, so the order is part
+    of the store."""
+    return [r[0] for r in conn.execute(
+        "SELECT name FROM sqlite_master WHERE type = 'trigger' AND tbl_name = ? ORDER BY rowid", (table,))]
+
+
 def claim(conn, queue, worker="w1", n=1, options=None):
     """tq_claim's rows as dicts."""
     if options is None:

@@ -8,7 +8,7 @@ import subprocess
 import pytest
 
 from helpers import (EXT, ROOT, add, bulk_add, cancel, check_buckets, claim, connect, get, one, pin, plain_ahead,
-                     settle, setq, snapshot)
+                     settle, setq, snapshot, trigger_order)
 from test_cli import assert_error, tinyq
 
 NOW = 1_900_000_000_000
@@ -211,11 +211,6 @@ def test_a_recount_after_a_dropped_trigger_counts_and_logs_again(busy, db_path):
     assert one(busy, "SELECT count(*) FROM tinyq_events") == events + 1
     assert check(busy) == []
     assert [r[0] for r in busy.execute("SELECT state FROM tq_watch WHERE job = ?", (job["id"],))] == ["waiting", "done"]
-
-
-def trigger_order(conn):
-    return [r[0] for r in conn.execute(
-        "SELECT name FROM sqlite_master WHERE type = 'trigger' AND tbl_name = 'tinyq_jobs' ORDER BY rowid")]
 
 
 def test_a_recount_creates_the_triggers_again_in_the_order_of_a_new_store(busy, db_path, tmp_path):

@@ -9,7 +9,7 @@ import sqlite3
 
 import pytest
 
-from helpers import ROOT, check_buckets, claim, connect, get, one, plain_ahead
+from helpers import ROOT, check_buckets, claim, connect, get, one, plain_ahead, trigger_order
 
 NOW = 1_900_000_000_000
 CURRENT = 9  # the schema version this build creates
@@ -106,11 +106,6 @@ def shape(db):
     return {(t, n, tbl): " ".join((sql or "").replace('"tinyq_jobs"', "tinyq_jobs").split()) for t, n, tbl, sql in rows}
 
 
-def trigger_order(db, table):
-    return [r[0] for r in db.execute(
-        "SELECT name FROM sqlite_master WHERE type = 'trigger' AND tbl_name = ? ORDER BY rowid", (table,))]
-
-
 @pytest.mark.parametrize("version", [1, 2, 3, 4, 5, 6, 7, 8])
 def test_migrated_store_has_the_schema_of_a_new_store(tmp_path, version):
     old = str(tmp_path / "old.db")
@@ -123,7 +118,7 @@ def test_migrated_store_has_the_schema_of_a_new_store(tmp_path, version):
     assert len(shape(new)) > 10
     # SQLite fires a change's triggers newest first, and some read what another wrote
     # (tinyq_jobs_lined after tinyq_jobs_changed): the order is part of the store.
-    assert trigger_order(migrated, "tinyq_jobs") == trigger_order(new, "tinyq_jobs")
+    assert trigger_order(migrated) == trigger_order(new)
     assert ("table", "tinyq_schedules", "tinyq_schedules") in shape(new)
     migrated.close()
     new.close()
