@@ -139,6 +139,34 @@ class Baseline:
         return cur.rowcount
 
 
+FLOOR_INDEXES = """
+    CREATE INDEX IF NOT EXISTS jobs_claim ON jobs(queue, priority DESC, run_at, seq)
+        WHERE status = 'queued';
+    CREATE INDEX IF NOT EXISTS jobs_running ON jobs(queue, lease_until) WHERE status = 'running';
+    CREATE INDEX IF NOT EXISTS jobs_kept ON jobs(queue, expires_at) WHERE status = 'done';
+"""
+# tinyq_jobs' columns that the floor's row does not have, in sql/store.sql's order.
+WIDE_COLUMNS = """, grp TEXT, tries INTEGER NOT NULL DEFAULT 0, budget INTEGER, deadline INTEGER,
+    started_at INTEGER, worker TEXT, holder INTEGER, error TEXT, progress BLOB,
+    created_at INTEGER NOT NULL, settled_at INTEGER, changed_at INTEGER NOT NULL, note BLOB,
+    meta BLOB, parked INTEGER NOT NULL DEFAULT 0, start_by INTEGER, slot INTEGER, waits INTEGER,
+    signal TEXT, after_failed TEXT, held INTEGER, linked INTEGER, last_event INTEGER"""
+# tinyq_jobs' indexes, as sql/store.sql makes them (they need WIDE_COLUMNS).
+TINYQ_INDEXES = """
+    CREATE INDEX IF NOT EXISTS jobs_claim ON jobs (queue, parked, priority DESC, run_at, seq, grp)
+        WHERE status = 'queued';
+    CREATE INDEX IF NOT EXISTS jobs_parked ON jobs (queue, grp, priority DESC, run_at, seq)
+        WHERE status = 'queued' AND parked = 1;
+    CREATE INDEX IF NOT EXISTS jobs_scheduled ON jobs (queue, run_at) WHERE status = 'scheduled';
+    CREATE INDEX IF NOT EXISTS jobs_expiring ON jobs (queue, start_by)
+        WHERE start_by IS NOT NULL AND (status = 'scheduled' OR status = 'queued');
+    CREATE INDEX IF NOT EXISTS jobs_held ON jobs (queue, status, expires_at, lease_until, grp, holder)
+        WHERE status = 'running' OR status = 'done' OR status = 'failed';
+    CREATE INDEX IF NOT EXISTS jobs_signal ON jobs (signal) WHERE signal IS NOT NULL;
+    CREATE INDEX IF NOT EXISTS jobs_timeout ON jobs (queue, run_at) WHERE signal IS NOT NULL;
+"""
+
+
 class Floor:
     """The hand-written queue plus the least that tinyq's rules ask of any design, written
     as lean as SQL allows: what any queue keeping those rules can reach on this driver.
@@ -154,6 +182,9 @@ class Floor:
 
     `without` takes pieces out, to see what each rule costs (--floor-variants): "events",
     "counts"; "rowid" keys the jobs by their id (WITHOUT ROWID) instead of an integer.
+    Two pieces put tinyq's own in instead (bench/pieces.py): "wide" gives the jobs row
+    tinyq's other columns (what a side table for the rarely read ones could save at most),
+    "indexes" tinyq's indexes on it (with "wide": they name its columns).
     """
     name = "floor"
 
@@ -178,21 +209,20 @@ class Floor:
             CREATE TRIGGER IF NOT EXISTS jobs_added AFTER INSERT ON jobs BEGIN %s %s END;
             CREATE TRIGGER IF NOT EXISTS jobs_changed AFTER UPDATE OF status ON jobs BEGIN %s %s END;
             """ % (events, add_counts, events, change_counts)
+        self.wide = "wide" in without
         self.conn.executescript("""
             CREATE TABLE IF NOT EXISTS jobs(%s, queue TEXT NOT NULL, status TEXT NOT NULL,
                 priority INTEGER NOT NULL, run_at INTEGER NOT NULL, attempt INTEGER NOT NULL,
-                lease_until INTEGER, payload BLOB, result BLOB, expires_at INTEGER)%s;
-            CREATE INDEX IF NOT EXISTS jobs_claim ON jobs(queue, priority DESC, run_at, seq)
-                WHERE status = 'queued';
-            CREATE INDEX IF NOT EXISTS jobs_running ON jobs(queue, lease_until) WHERE status = 'running';
-            CREATE INDEX IF NOT EXISTS jobs_kept ON jobs(queue, expires_at) WHERE status = 'done';
+                lease_until INTEGER, payload BLOB, result BLOB, expires_at INTEGER%s)%s;
+            %s
             CREATE TABLE IF NOT EXISTS events(seq INTEGER PRIMARY KEY, id TEXT NOT NULL,
                 queue TEXT NOT NULL, state TEXT NOT NULL, attempt INTEGER NOT NULL, at INTEGER NOT NULL);
             CREATE TABLE IF NOT EXISTS counts(queue TEXT PRIMARY KEY, queued INTEGER NOT NULL DEFAULT 0,
                 running INTEGER NOT NULL DEFAULT 0, done INTEGER NOT NULL DEFAULT 0) WITHOUT ROWID;
             %s
         """ % ("seq INTEGER NOT NULL, id TEXT PRIMARY KEY" if by_id else "seq INTEGER PRIMARY KEY, id TEXT NOT NULL UNIQUE",
-               " WITHOUT ROWID" if by_id else "", triggers))
+               WIDE_COLUMNS if self.wide else "", " WITHOUT ROWID" if by_id else "",
+               TINYQ_INDEXES if "indexes" in without else FLOOR_INDEXES, triggers))
         self.claim_sql = (
             "UPDATE jobs SET status = 'running', attempt = attempt + 1, lease_until = ?"
             " WHERE %s IN (SELECT %s FROM jobs WHERE queue = ? AND status = 'queued'"
@@ -203,6 +233,12 @@ class Floor:
         self.added += 1
         t = now_ms()
         job_id = "tq_%013d%013d" % (t, self.added)  # time-ordered, as long as tinyq's ids
+        if self.wide:  # the columns tinyq's jobs row may not leave NULL
+            self.conn.execute(
+                "INSERT INTO jobs(seq, id, queue, status, priority, run_at, attempt, payload,"
+                " created_at, changed_at) VALUES (?, ?, ?, 'queued', 0, ?, 0, ?, ?4, ?4)"
+                " ON CONFLICT(id) DO NOTHING", (self.added, job_id, queue, t, payload))
+            return
         self.conn.execute(
             "INSERT INTO jobs(seq, id, queue, status, priority, run_at, attempt, payload)"
             " VALUES (?, ?, ?, 'queued', 0, ?, 0, ?) ON CONFLICT(id) DO NOTHING",

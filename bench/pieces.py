@@ -65,7 +65,10 @@ VARIANTS = [
      lambda: GROUPS_OUT + LINED_OUT + SPILL_OUT + "DROP TRIGGER tinyq_jobs_added; DROP TRIGGER tinyq_jobs_changed;\n"),
 ]
 FLOORS = [("floor", ()), ("floor without the counts", ("counts",)), ("floor without the event log", ("events",)),
-          ("floor without both", ("counts", "events"))]
+          ("floor without both", ("counts", "events")),
+          ("floor with tinyq's 35 columns", ("wide",)),
+          ("floor with tinyq's 35 columns and its indexes", ("wide", "indexes")),
+          ("floor without both, with tinyq's columns and indexes", ("counts", "events", "wide", "indexes"))]
 
 
 def child(args):
