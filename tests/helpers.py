@@ -194,6 +194,21 @@ def run_python(code, *args, timeout=60):
                           text=True, timeout=timeout, env=env)
 
 
+SIGNAL_TAKEN = "finishing the work in flight"   # what a worker logs once it took a signal in
+
+
+def read_until(stream, text):
+    """Lines of a process's `stream` up to the first that holds `text` (an AssertionError with
+    what came if it ends first). A test that signals a worker waits for its log line: on a
+    loaded machine the handler may run on before the worker has taken the signal in."""
+    seen = []
+    while not any(text in line for line in seen):
+        line = stream.readline()
+        assert line, "".join(seen)
+        seen.append(line)
+    return seen
+
+
 def open_handles(path):
     """This process's open file descriptors on the database at `path` (or its -wal / -shm):
     what a test checks to see that a worker let go of the file."""

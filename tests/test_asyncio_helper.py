@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from helpers import EXT, ROOT, open_handles
+from helpers import EXT, ROOT, SIGNAL_TAKEN, open_handles, read_until
 
 sys.path.insert(0, os.path.join(ROOT, "python"))
 import tinyq  # noqa: E402
@@ -282,11 +282,7 @@ def test_sigterm_with_jobs_in_flight_settles_them_all_and_claims_nothing_more(db
         proc.send_signal(signal.SIGTERM)
         # The jobs end only once the worker took the signal in: a loaded machine may run the
         # loop on before the loop reads a signal, and the jobs would end as if none came.
-        seen = []
-        while not any("finishing the work in flight" in line for line in seen):
-            line = proc.stderr.readline()
-            assert line, "".join(seen)
-            seen.append(line)
+        seen = read_until(proc.stderr, SIGNAL_TAKEN)
         open(db_path + ".signalled", "w").close()
         out, err = proc.communicate(timeout=60)
         err = "".join(seen) + err

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from helpers import EXT, ROOT, claim, connect, get, one, open_handles
+from helpers import EXT, ROOT, SIGNAL_TAKEN, claim, connect, get, one, open_handles, read_until
 
 sys.path.insert(0, os.path.join(ROOT, "python"))
 import tinyq  # noqa: E402
@@ -418,6 +418,8 @@ def test_signal_finishes_the_job_in_flight_then_exits(db_path, queue, sig):
     queue.add({}, id="first", priority=1)
     queue.add({}, id="second")
     proc = worker_process(db_path, """
+        import logging
+        logging.basicConfig(level=logging.INFO)     # tinyq says on stderr when a signal came
         def handler(payload, run):
             run.progress("started")
             while not os.path.exists(sys.argv[1] + ".signalled"):   # in flight until then
@@ -428,6 +430,7 @@ def test_signal_finishes_the_job_in_flight_then_exits(db_path, queue, sig):
     try:
         wait_for(lambda: queue.get("first")["progress"] == "started")
         proc.send_signal(sig)
+        read_until(proc.stderr, SIGNAL_TAKEN)   # or the handler may end before the signal is in
         open(db_path + ".signalled", "w").close()
         rc, out, err = finish(proc)
     finally:

@@ -10,7 +10,7 @@ import threading
 
 import pytest
 
-from helpers import ROOT
+from helpers import ROOT, SIGNAL_TAKEN, read_until
 
 sys.path.insert(0, os.path.join(ROOT, "python"))
 import tinyq  # noqa: E402
@@ -178,11 +178,7 @@ def test_a_second_signal_ends_a_drain_that_hangs(db_path, kind, sig):
     try:
         assert proc.stdout.readline() == "started\n"
         proc.send_signal(sig)
-        seen = []
-        while not any("finishing the work in flight" in line for line in seen):
-            line = proc.stderr.readline()
-            assert line, "".join(seen)
-            seen.append(line)
+        read_until(proc.stderr, SIGNAL_TAKEN)
         proc.send_signal(sig)
         out, err = proc.communicate(timeout=60)
     finally:

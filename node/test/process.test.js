@@ -82,7 +82,8 @@ test('with handleSignals, SIGTERM stops claiming and waits for the handler in fl
     const q = new tinyq.Queue(process.env.TINYQ_TEST_DB, 'q');
     q.work(async (payload, run) => {
       console.log('started ' + run.id);
-      await new Promise((resolve) => setTimeout(resolve, 500));
+      // in flight until the signal: tinyq's own listener, added by work(), runs before this one
+      await new Promise((resolve) => process.once('SIGTERM', resolve));
       console.log('finished ' + run.id);
       return 'ok';
     }, { handleSignals: true }).then((handled) => {
@@ -108,7 +109,7 @@ test('SIGTERM with five jobs in flight: all five settle, nothing more is claimed
     const q = new tinyq.Queue(process.env.TINYQ_TEST_DB, 'q');
     q.work(async (payload, run) => {
       run.progress('started');
-      await new Promise((resolve) => setTimeout(resolve, 800));
+      await new Promise((resolve) => process.once('SIGTERM', resolve));   // after tinyq's listener
       return 'finished';
     }, { concurrency: 5, handleSignals: true }).then((handled) => {
       console.log('stopped after ' + handled);
