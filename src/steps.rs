@@ -1,6 +1,6 @@
 //! Steps (JOB-06): answers kept under a job so a later attempt gets them back; and progress.
 
-use crate::settle::{extend_lease, working_fence};
+use crate::settle::{keep_lease, working_fence};
 use crate::sqlite::{Conn, Out, Result, Val};
 use crate::timeline::next_event_ungrouped;
 use crate::{options, store};
@@ -42,7 +42,7 @@ pub fn tq_step_put(conn: &Conn, args: &[Val]) -> Result<Out> {
     }
     let value = options::data("value", &args[3], false)?;
     conn.write_tx(|| {
-        if extend_lease(conn, &id, attempt, None)?.is_none() {
+        if !keep_lease(conn, &id, attempt)? {
             return Ok(Out::Null);
         }
         // No RETURNING: SQLite runs it through an ephemeral table, opened and closed on

@@ -121,6 +121,22 @@ def test_JOB_06_stale_attempt_keeps_nothing_and_gets_null(db):
     assert step_get(db, "j", "late") == "from attempt 2"
 
 
+def test_JOB_06_a_kept_step_renews_the_lease_once_half_of_it_is_gone(db):
+    """Keeping a step keeps the attempt alive as a worker's renewal would: once less than
+    half of the lease is left, the lease is the queue's `lease` from now; before that it
+    stays as it is (a wave of steps does not rewrite every job's row)."""
+    pin(db, T0)
+    add(db, "replies", "{}", id="j")
+    claim_attempt(db, "replies", "j")
+    assert get(db, "j")["lease_until"] == T0 + LEASE
+    pin(db, T0 + LEASE // 2 - 1_000)             # more than half left: the lease stays
+    assert step_put(db, "j", 1, "first", "1") == "1"
+    assert get(db, "j")["lease_until"] == T0 + LEASE
+    pin(db, T0 + LEASE // 2 + 1_000)             # less than half left: renewed from now
+    assert step_put(db, "j", 1, "second", "2") == "2"
+    assert get(db, "j")["lease_until"] == T0 + LEASE // 2 + 1_000 + LEASE
+
+
 def test_JOB_06_a_rolled_back_step_is_not_kept(db):
     pin(db, T0)
     add(db, "replies", "{}", id="j")
