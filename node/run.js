@@ -47,6 +47,17 @@ class Run {
     this._payload = job.payload;
     this._ended = null; // why this attempt is over for the worker (ENDED)
     this._toldEnded = false;
+    this._steps = new Map(); // answers this attempt read or kept, as stored
+  }
+
+  /** The stored answer of the step `name` when it is known without asking the store, else
+   * undefined: an answer this attempt read or kept never changes (the first one kept wins),
+   * and on a job's first attempt none is kept but by the attempt itself (an earlier
+   * attempt's, a signal's or a kept wait's steps go to a job that is then claimed again, so
+   * at attempt 2 or later). */
+  _keptHere(name) {
+    if (this._steps.has(name)) return this._steps.get(name);
+    return this.attempt === 1 ? null : undefined;
   }
 
   /** stop()'s grace ended while this attempt ran: the worker renews it no more and settles
@@ -85,7 +96,8 @@ class Run {
     if (this._ended !== null) {
       throw new Cancelled(`step "${name}" not kept: attempt ${this.attempt} of ${this.id} is over (${ENDED[this._ended]})`);
     }
-    let kept = one(this.db, 'SELECT tq_step_get(?, ?)', this.id, name);
+    let kept = this._keptHere(name);
+    if (kept === undefined) kept = one(this.db, 'SELECT tq_step_get(?, ?)', this.id, name);
     if (kept === null) {
       const value = JSON.stringify((await fn()) ?? null);
       kept = await this._writes.call('tq_step_put', this.id, this.attempt, name, value); // once committed
@@ -94,6 +106,7 @@ class Run {
         throw new Cancelled(`step "${name}" not kept: attempt ${this.attempt} of ${this.id} no longer holds the job`);
       }
     }
+    this._steps.set(name, kept);
     return decode(kept);
   }
 

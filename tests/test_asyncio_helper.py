@@ -199,6 +199,47 @@ def test_work_never_blocks_the_event_loop(db_path, monkeypatch):
     assert not on_loop, "statements run on the event loop's thread: %r" % on_loop[:5]
 
 
+def test_JOB_06_a_first_attempt_keeps_its_steps_without_reading_them_first(db_path, monkeypatch):
+    """As the threads' (test_python_helper.py): attempt 1 keeps its step without a read
+    (tq_step_get) and answers a name it kept from what it kept; attempt 2 reads it once."""
+    ran = []                                # every statement of the worker's connections
+    connect = tinyq._aio.open_conn
+
+    def traced(*args, **kwargs):
+        conn = connect(*args, **kwargs)
+        conn.set_trace_callback(ran.append)
+        return conn
+    monkeypatch.setattr(tinyq._aio, "open_conn", traced)
+    answers = {}
+
+    async def main():
+        q = tinyq.AsyncQueue(db_path, "q")
+        await q.add({}, id="a")
+
+        async def handler(payload, run):
+            async def model():
+                return "from attempt %d" % run.attempt
+            first = await run.step("answer", model)
+            answers[run.attempt] = (first, await run.step("answer", lambda: "called again"))
+            if run.attempt == 1:
+                run.snooze(0)
+            return first
+
+        worker = asyncio.ensure_future(q.work(handler, poll=0.2))
+        await until(lambda: _all(q, ["a"], ("done",)))
+        q.stop()
+        await worker
+        job = await q.get("a")
+        await q.close()
+        return job
+
+    job = run(main())
+    assert answers == {1: ("from attempt 1", "from attempt 1"), 2: ("from attempt 1", "from attempt 1")}
+    assert job["result"] == "from attempt 1"
+    assert sum("tq_step_get" in sql for sql in ran) == 1, [sql for sql in ran if "tq_step" in sql]
+    assert sum("tq_step_put" in sql for sql in ran) == 1, [sql for sql in ran if "tq_step" in sql]
+
+
 def test_cancel_reaches_the_run_and_nothing_is_settled(db_path):
     async def main():
         q = tinyq.AsyncQueue(db_path, "q")

@@ -353,6 +353,36 @@ def test_timed_out_attempt_is_cancelled_and_not_settled(queue):
     assert job["result"] is None and "timeout" in job["error"]
 
 
+def test_JOB_06_a_first_attempt_keeps_its_steps_without_reading_them_first(queue):
+    """On a job's first attempt nothing is kept but by the attempt itself, so run.step
+    keeps fn()'s answer without asking the store first, and a name it kept again answers
+    from what it kept (fn not called). The next attempt reads the kept answer."""
+    queue.add({}, id="a")
+    seen = {}
+
+    def handler(payload, run):
+        statements = seen.setdefault(run.attempt, [])
+        run.conn.set_trace_callback(statements.append)
+        try:
+            first = run.step("answer", lambda: "from attempt %d" % run.attempt)
+            again = run.step("answer", lambda: "called again")
+        finally:
+            run.conn.set_trace_callback(None)
+        seen[run.attempt, "answers"] = (first, again)
+        if run.attempt == 1:
+            run.snooze(0)
+        return first
+
+    thread, _ = start_work(queue, handler)
+    wait_for(lambda: queue.get("a")["state"] == "done")
+    stop(queue, thread)
+    reads = {attempt: sum("tq_step_get" in sql for sql in seen[attempt]) for attempt in (1, 2)}
+    puts = {attempt: sum("tq_step_put" in sql for sql in seen[attempt]) for attempt in (1, 2)}
+    assert reads == {1: 0, 2: 1} and puts == {1: 1, 2: 0}, seen
+    assert seen[1, "answers"] == seen[2, "answers"] == ("from attempt 1", "from attempt 1")
+    assert queue.get("a")["result"] == "from attempt 1"
+
+
 def test_works_with_apsw_connections(db_path):
     apsw = pytest.importorskip("apsw")
     conn = apsw.Connection(db_path)

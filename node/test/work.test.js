@@ -127,6 +127,29 @@ test('steps and progress inside one attempt', async () => {
   assert.deepEqual(q.watch().filter((e) => e.state === 'progress').map((e) => e.detail), ['{"pct":50}']);
 });
 
+test('a first attempt keeps its steps without reading them first; the next attempt reads them', async () => {
+  const q = newQueue();
+  q.add({}, { id: 'a' });
+  const asked = []; // [attempt, statement] of each statement the worker's connection prepares
+  const answers = {};
+  let attempt = 0;
+  await workUntilSettled(q, ['a'], async (payload, run) => {
+    attempt = run.attempt;
+    if (!run.db.traced) { // statements are prepared once per connection, on their first use
+      const prepare = run.db.prepare.bind(run.db);
+      run.db.prepare = (sql) => { asked.push([attempt, sql]); return prepare(sql); };
+      run.db.traced = true;
+    }
+    const first = await run.step('answer', async () => `from attempt ${run.attempt}`);
+    answers[run.attempt] = [first, await run.step('answer', () => 'called again')];
+    if (run.attempt === 1) run.snooze(0);
+    return first;
+  });
+  assert.deepEqual(answers, { 1: ['from attempt 1', 'from attempt 1'], 2: ['from attempt 1', 'from attempt 1'] });
+  assert.equal(q.get('a').result, 'from attempt 1');
+  assert.deepEqual(asked.filter(([, sql]) => sql.includes('tq_step_get')).map(([at]) => at), [2]);
+});
+
 test('a delayed job runs when due, also in a queue with a concurrency limit', async () => {
   const q = newQueue();
   q.settings({ concurrency: 2 });

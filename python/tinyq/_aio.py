@@ -183,7 +183,9 @@ class AsyncRun(RunBase):
         """The answer kept under `name` by any attempt; else fn()'s answer (awaited when
         fn returns an awaitable), kept as JSON."""
         self._step_after_end(name)
-        kept = await self._db.read(Write.call("tq_step_get", self.id, name))
+        known, kept = self._kept_here(name)
+        if not known:
+            kept = await self._db.read(Write.call("tq_step_get", self.id, name))
         if kept is None:
             value = fn()
             if inspect.isawaitable(value):
@@ -191,6 +193,7 @@ class AsyncRun(RunBase):
             kept = await self._db.write(Write.call("tq_step_put", self.id, self.attempt, name, json.dumps(value)))
             if kept is None:
                 self._lost_step(name)
+        self._steps[name] = kept
         return _decode(kept)
 
     async def progress(self, value: Any) -> bool:

@@ -7,7 +7,7 @@ import datetime
 import logging
 import math
 import time
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Optional, Tuple
 
 from ._sql import _decode, _ms
 
@@ -59,6 +59,17 @@ class RunBase:
         self._renew_every = 0.0
         self._ended: Optional[str] = None  # why this attempt is over for the worker (ENDED)
         self._told_ended = False
+        self._steps: Dict[str, Any] = {}   # answers this attempt read or kept, as stored
+
+    def _kept_here(self, name: str) -> Tuple[bool, Any]:
+        """(known, the stored answer) of the step `name` without asking the store: an
+        answer this attempt read or kept never changes (the first one kept wins), and on a
+        job's first attempt none is kept but by the attempt itself (an earlier attempt's,
+        a signal's or a kept wait's steps go to a job that is then claimed again, so at
+        attempt 2 or later). Anything else asks the store (tq_step_get)."""
+        if name in self._steps:
+            return True, self._steps[name]
+        return self.attempt == 1, None
 
     # Why an attempt is over for its worker while code of the handler may still run (a task
     # it spawned, or the handler itself once abandoned): what run.progress / run.step say.

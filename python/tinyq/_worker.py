@@ -49,12 +49,15 @@ class Run(RunBase):
     def step(self, name: str, fn: Callable[[], Any]) -> Any:
         """The answer kept under `name` by any attempt; else fn()'s answer, kept (as JSON)."""
         self._step_after_end(name)
-        kept = _one(self.conn, STEP_GET, self.id, name)
+        known, kept = self._kept_here(name)
+        if not known:
+            kept = _one(self.conn, STEP_GET, self.id, name)
         if kept is None:
             value = json.dumps(fn())
             kept = self._write(STEP_PUT, "tq_step_put", self.id, self.attempt, name, value)
             if kept is None:
                 self._lost_step(name)
+        self._steps[name] = kept
         return _decode(kept)
 
     def progress(self, value: Any) -> bool:
