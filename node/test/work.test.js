@@ -136,8 +136,11 @@ test('a first attempt keeps its steps without reading them first; the next attem
   await workUntilSettled(q, ['a'], async (payload, run) => {
     attempt = run.attempt;
     if (!run.db.traced) { // statements are prepared once per connection, on their first use
-      const prepare = run.db.prepare.bind(run.db);
-      run.db.prepare = (sql) => { asked.push([attempt, sql]); return prepare(sql); };
+      for (const method of ['prepare', 'query']) { // bun:sqlite's adapter prepares with query()
+        if (typeof run.db[method] !== 'function') continue;
+        const prepare = run.db[method].bind(run.db);
+        run.db[method] = (sql) => { asked.push([attempt, sql]); return prepare(sql); };
+      }
       run.db.traced = true;
     }
     const first = await run.step('answer', async () => `from attempt ${run.attempt}`);
