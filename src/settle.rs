@@ -300,6 +300,14 @@ pub fn tq_settle(conn: &Conn, args: &[Val]) -> Result<Out> {
     })
 }
 
+/// SQL: the lease a renewal gives a job of tinyq_jobs: ?4 (NULL: the queue's `lease`, else
+/// ?5, the default), for extend_lease and keep_lease alike.
+macro_rules! lease_length {
+    () => {
+        "coalesce(?4, (SELECT lease FROM tinyq_queues WHERE name = tinyq_jobs.queue), ?5)"
+    };
+}
+
 /// Extends the lease of a running attempt, never past its deadline; the new lease_until.
 /// None: stop working (cancelled, taken by a later attempt, or past its timeout). No
 /// RETURNING: SQLite runs it through an ephemeral table per call, which cost more than the
@@ -308,7 +316,9 @@ pub fn extend_lease(conn: &Conn, id: &str, attempt: i64, lease: Option<i64>) -> 
     let extended = conn.exec(
         concat!(
             "UPDATE tinyq_jobs
-             SET lease_until = min(?3 + coalesce(?4, (SELECT lease FROM tinyq_queues WHERE name = tinyq_jobs.queue), ?5), deadline)
+             SET lease_until = min(?3 + ",
+            lease_length!(),
+            ", deadline)
              WHERE",
             working_fence!(),
             "AND ?3 < deadline"
@@ -324,16 +334,18 @@ pub fn extend_lease(conn: &Conn, id: &str, attempt: i64, lease: Option<i64>) -> 
 /// Whether the attempt still holds the job (as extend_lease), renewing its lease only once
 /// less than half of it is left, when a worker would renew it. A kept step keeps its
 /// attempt alive as before, while a wave of steps (a group commit keeps a thousand in one
-/// statement) does not rewrite each job's row and lease index: that was half a put's cost.
+/// statement) does not rewrite each job's row and lease index: that was a third of a put's
+/// cost.
 pub fn keep_lease(conn: &Conn, id: &str, attempt: i64) -> Result<bool> {
     let due = conn.one_int(
         concat!(
-            "SELECT lease_until - ?3 < coalesce((SELECT lease FROM tinyq_queues WHERE name = tinyq_jobs.queue), ?4) / 2
-             FROM tinyq_jobs WHERE",
+            "SELECT lease_until - ?3 < ",
+            lease_length!(),
+            " / 2 FROM tinyq_jobs WHERE",
             working_fence!(),
             "AND ?3 < deadline"
         ),
-        &[&id, &attempt, &conn.now(), &settings::DEFAULT_LEASE],
+        &[&id, &attempt, &conn.now(), &None::<i64>, &settings::DEFAULT_LEASE],
     )?;
     match due {
         None => Ok(false),
