@@ -35,7 +35,8 @@ const FLUSH_MS = 20; // a settle waits at most this long for the next claim
 const CLAIM_PART = 250;
 
 const PREDICT_MS = 1000; // 'auto' predicts handlers' ends while they average under 1 s
-const LEAD_MIN_MS = 20; // ... and claims their next jobs this long before at least
+const LEAD_MIN_MS = 80; // ... and claims their next jobs this long before at least: before the
+// ends of a wave and their step puts, not among them (a claim commits on the main thread)
 
 /** How many jobs the worker claims ahead of its running handlers (the `prefetch` option),
  * as Python's asyncio work() does. A whole number is fixed. 'auto' claims ahead the jobs that
@@ -46,7 +47,8 @@ const LEAD_MIN_MS = 20; // ... and claims their next jobs this long before at le
  * claimed ahead waits about one such commit for its place, and a backlog of tiny jobs costs
  * one commit per AUTO_AHEAD + 1 jobs instead of one per job. While the handlers average under
  * PREDICT_MS, 'auto' also claims ahead for the running handlers expected (from their start and
- * that average) to end within lead(), two commits' time, the worker waking on a timer for it:
+ * that average) to end within lead(), two commits' time and LEAD_MIN_MS at least, the worker
+ * waking on a timer for it:
  * handlers that started together end together (a thousand model calls of 0.2 s), and the jobs
  * they make way for are claimed while they still run. The first claim takes only the free
  * places. */
@@ -72,7 +74,8 @@ class Pace {
     return this.fixed === null && this.average !== null && this.average < PREDICT_MS && this.average > this.lead();
   }
 
-  /** How long before a handler's predicted end its next job is claimed: two commits. */
+  /** How long before a handler's predicted end its next job is claimed: two commits, and
+   * LEAD_MIN_MS at least. */
   lead() {
     return Math.max(LEAD_MIN_MS, 2 * (this.commit ?? 0));
   }

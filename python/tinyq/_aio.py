@@ -51,12 +51,13 @@ __all__ = ["AsyncQueue", "AsyncRun", "AsyncWorker"]
 
 
 PUTS_PER_COMMIT = 200   # step puts in one group commit at most (_DbThread._next_group)
-# While no handler runs, a claim takes CLAIM_PART jobs at most (a larger want is claimed
-# over the next turns): the first of a thousand jobs start after a short commit. A commit
-# takes SETTLES_PER_COMMIT settles at most, and none when more than CLAIM_FIRST are due and
-# jobs are to be claimed: then the claim goes first, alone.
+PUT_TURNS = 4           # turns of puts alone in a row, at most, before the other writes go
+# A claim takes CLAIM_PART jobs at most (a larger want is claimed over the next turns): the
+# first of a thousand jobs start after a short commit, and no claim of a whole wave holds
+# that wave's puts. A commit takes SETTLES_PER_COMMIT settles at most, and none when more
+# than CLAIM_FIRST are due and jobs are to be claimed: then the claim goes first, alone.
 CLAIM_PART = 250
-SETTLES_PER_COMMIT = 250
+SETTLES_PER_COMMIT = 100
 CLAIM_FIRST = 100
 
 
@@ -74,7 +75,7 @@ class _DbThread:
         # for the next turn of the thread: (write, is it a read, its caller's future)
         self._pending: List[Tuple[Write, bool, "asyncio.Future[Any]"]] = []
         self._committer: Optional["asyncio.Task[None]"] = None
-        self._put_off = False      # the last turn left writes other than step puts for this one
+        self._put_turns = 0        # turns in a row that committed puts alone, others pending
         self._reader: Optional["_DbThread"] = None   # reads' own thread and connection (read())
 
     def _run(self, fn: Callable[..., Any], args: tuple) -> Any:
@@ -128,20 +129,21 @@ class _DbThread:
             self._committer = None
 
     def _next_group(self, pending: List[Tuple[Write, bool, "asyncio.Future[Any]"]]) -> Tuple[list, list]:
-        """This turn's part of `pending`, and what is left for the next. Step puts go first
-        and at most PUTS_PER_COMMIT of them: a handler waits for its put, while a settle or
-        a claim ahead waits for nobody, so a wave of puts is not queued behind a commit of a
-        thousand settles, and the first handlers of the wave go on after a small commit.
-        Past that many puts, the other writes wait for the next turn, once at most."""
+        """This turn's part of `pending`, and what is left for the next. A handler waits for
+        its step put, while a settle, a claim ahead or a renewal waits for nobody: so step
+        puts commit alone, PUTS_PER_COMMIT at most, and the other writes wait while puts
+        are pending, for PUT_TURNS turns in a row at most, then go alone. A wave of puts
+        is then never held by a commit of hundreds of settles or a claim of hundreds of
+        jobs, which go between waves."""
         puts = [item for item in pending if item[0].function == "tq_step_put"]
-        if len(puts) <= PUTS_PER_COMMIT and not (self._put_off and len(puts) < len(pending)):
-            self._put_off = False
-            return puts + [item for item in pending if item[0].function != "tq_step_put"], []
+        if len(puts) == len(pending):
+            self._put_turns = 0
+            return puts[:PUTS_PER_COMMIT], puts[PUTS_PER_COMMIT:]
         others = [item for item in pending if item[0].function != "tq_step_put"]
-        if self._put_off:                    # put off once already: they go now, after the puts
-            self._put_off = False
-            return puts[:PUTS_PER_COMMIT] + others, puts[PUTS_PER_COMMIT:]
-        self._put_off = bool(others)
+        if not puts or self._put_turns >= PUT_TURNS:
+            self._put_turns = 0
+            return others, puts
+        self._put_turns += 1
         return puts[:PUTS_PER_COMMIT], puts[PUTS_PER_COMMIT:] + others
 
     async def _serve(self, run: Callable[[Any, List[Write]], None], part: List[Tuple[Write, "asyncio.Future[Any]"]]) -> None:
@@ -240,15 +242,17 @@ class _Pace(Pace):
       FAST seconds (the threads' rule, Pace);
     - while the handlers take under PREDICT_S on average (and longer than the lead), the
       running handlers expected (from their start and that average) to end within the next
-      `lead()` seconds, two settle-and-claims' time: handlers that started together end
-      together (a thousand model calls of 0.2 s), so the jobs they make way for are claimed
-      just before, while the handlers still run, and a job claimed ahead waits about that
-      lead for its place. _AsyncWork wakes for it on a timer, not only when a handler ends.
+      `lead()` seconds, two settle-and-claims' time and LEAD_MIN_S at least: handlers that
+      started together end together (a thousand model calls of 0.2 s), so the jobs they
+      make way for are claimed before, while the handlers still run, and a job claimed
+      ahead waits about that lead for its place. 80 ms, so that those claims commit before
+      the wave's ends and their step puts, not among them. _AsyncWork wakes for it on a
+      timer, not only when a handler ends.
     A place that frees then starts a job at once, instead of after the commit that settles
     its last job and claims the next. The first claim takes only the free places."""
 
     PREDICT_S = 1.0
-    LEAD_MIN_S = 0.02
+    LEAD_MIN_S = 0.08
 
     def __init__(self, prefetch: Any, concurrency: int):
         super().__init__(prefetch)               # `average`: a handler's time
@@ -328,8 +332,7 @@ class _AsyncWork:
                     due, wake_at = self.predicted(len(self.ahead) - free)
                     ahead = max(ahead, min(self.concurrency, due))
                 want = 0 if stopping or not self.may_claim else free + ahead - len(self.ahead)
-                if not self.tasks:
-                    want = min(want, CLAIM_PART)
+                want = min(want, CLAIM_PART)
                 if self.finished or want > 0:
                     # many settles due and jobs to claim: the claim first, alone (its
                     # handlers are waiting; the settles wait for nobody)
