@@ -172,9 +172,10 @@ def test_asyncio_handlers_steps_share_commits_and_a_failing_one_fails_alone(db_p
     assert max(sizes) >= n - 1, sizes
 
 
-def test_asyncio_step_puts_go_first_at_most_200_a_commit(db_path, monkeypatch):
-    """A wave of 300 puts asked for at once: the first commit holds 200 puts and nothing
-    else, and in every commit the puts come before any other write."""
+def test_asyncio_step_puts_commit_alone_at_most_200_a_commit(db_path, monkeypatch):
+    """A wave of 300 puts asked for at once, while the settles and claims of the handlers
+    that end wait for nobody: the first commit holds 200 puts, and no commit holds a put
+    beside any other write (a claim or settles would hold the puts' handlers)."""
     groups = []
     real = tinyq._aio.commit_group
 
@@ -199,10 +200,35 @@ def test_asyncio_step_puts_go_first_at_most_200_a_commit(db_path, monkeypatch):
     assert all(g.count("tq_step_put") <= 200 for g in groups), [len(g) for g in groups]
     first = with_puts[0]
     assert first == ["tq_step_put"] * 200, first[:3] + ["..."] + first[-3:]
-    # in every group, the puts come before any other write
-    for g in groups:
-        if "tq_step_put" in g:
-            assert g[:g.count("tq_step_put")] == ["tq_step_put"] * g.count("tq_step_put"), g
+    assert all(set(g) == {"tq_step_put"} for g in with_puts), [sorted(set(g)) for g in with_puts]
+    assert len(with_puts) < len(groups)      # the settles committed too, in groups of their own
+
+
+def test_asyncio_other_writes_wait_behind_puts_four_turns_at_most():
+    """The helper's order within its SQL thread's turns: 1,000 step puts asked for beside a
+    settle-and-claim and a renewal, and 150 more puts every turn after. Puts commit alone,
+    200 at most; the other two wait 4 turns of puts, not for ever, and then commit alone;
+    every write goes once, the puts in the order they were asked for."""
+    db = tinyq._aio._DbThread(lambda: None, "test")
+    asked = []
+
+    def put():
+        asked.append((Write.call("tq_step_put", len(asked)), False, None))
+        return asked[-1]
+    others = [(Write(lambda conn: None, ()), False, None) for _ in range(2)]
+    pending = [others[0]] + [put() for _ in range(1000)] + [others[1]]
+    turns = []
+    while pending and len(turns) < 12:
+        turn, pending = db._next_group(pending)
+        turns.append(turn)
+        pending += [put() for _ in range(150)] if len(turns) < 8 else []
+    kinds = [{w.function for w, _, _ in turn} for turn in turns]
+    assert all(k in ({"tq_step_put"}, {None}) for k in kinds), kinds
+    assert [len(turn) for turn in turns[:4]] == [200] * 4
+    assert turns[4] == others
+    committed_puts = [w.args[1] for turn in turns for w, _, _ in turn if w.function]
+    left = [w.args[1] for w, _, _ in pending]
+    assert committed_puts + left == list(range(len(asked)))
 
 
 def test_asyncio_a_cancelled_attempt_in_a_group_is_cancelled_alone(db_path):
