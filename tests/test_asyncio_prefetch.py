@@ -163,3 +163,33 @@ def test_handlers_that_started_together_get_their_next_jobs_claimed_while_they_r
     started, waiting = asyncio.run(asyncio.wait_for(main(), 60))
     assert waiting == []
     assert started == ids
+
+
+def test_a_backlog_of_fast_jobs_is_settled_while_it_drains_not_at_its_end(db_path):
+    """Handlers that end as fast as their jobs are claimed, 200 at once, over a backlog:
+    their places free as soon as they are taken, so there are always jobs to claim. The
+    settles still go with every other claim at least: halfway through the backlog the jobs
+    that ended show done, but for a few commits' worth, and every job runs once (an ended
+    job's lease is renewed no more: a settle that waited for the backlog's end would let it
+    run out, and the job would run again)."""
+    conn = connect(db_path)
+    n, concurrency = 6000, 200
+
+    async def main():
+        q = tinyq.AsyncQueue(db_path, "q")
+        await q.add_many([{"i": i} for i in range(n)])
+        handled, midway = [0], []
+
+        async def handler(payload, run):
+            handled[0] += 1
+            if handled[0] == n // 2:
+                midway.append(one(conn, "SELECT done FROM tq_stats('q')"))
+            if handled[0] == n:
+                q.stop()
+        await q.work(handler, concurrency=concurrency, poll=0.05)
+        await q.close()
+        return midway[0]
+    done_midway = asyncio.run(asyncio.wait_for(main(), 120))
+    assert done_midway >= n // 2 - 4 * concurrency, "%d of %d ended jobs settled" % (done_midway, n // 2)
+    assert one(conn, "SELECT done FROM tq_stats('q')") == n
+    assert one(conn, "SELECT count(*) FROM tq_watch(0) WHERE state = 'running' AND attempt > 1") == 0

@@ -11,10 +11,11 @@ async handlers, many at once, without ever blocking the event loop.
     await replies.work(answer, concurrency=1000)   # until replies.stop(), SIGTERM or SIGINT
 
 Every SQLite call runs on a thread of its own (one for the queue's methods, one for each
-work()), never on the loop. Writes are group-committed (_group.py): the step puts,
-progress, settles, claim and renewals asked for while the work's thread commits the last
-group go to the store together, in one transaction, each handler resumed once its own
-write has committed. When the queue is empty, the process's waiter thread for the file
+work()), never on the loop. Writes are group-committed (_group.py): the writes asked for
+while the work's thread commits the last group go to the store in one transaction, each
+handler resumed once its own write has committed; the step puts and progress that handlers
+wait for commit apart from the settles, claims and renewals that nobody waits for
+(_DbThread._next_group). When the queue is empty, the process's waiter thread for the file
 (_waiter.py) sleeps in tq_wait_any and wakes the loop. tinyq.AsyncWorker serves several
 queues in one work().
 """
@@ -50,12 +51,13 @@ log = logging.getLogger("tinyq")
 __all__ = ["AsyncQueue", "AsyncRun", "AsyncWorker"]
 
 
-PUTS_PER_COMMIT = 200   # step puts in one group commit at most (_DbThread._next_group)
-PUT_TURNS = 4           # turns of puts alone in a row, at most, before the other writes go
+HANDLER_WRITES = ("tq_step_put", "tq_progress")   # the writes a handler waits for
+PUTS_PER_COMMIT = 200   # ... in one group commit at most (_DbThread._next_group)
+PUT_TURNS = 4           # turns of those alone in a row, at most, before the other writes go
 # A claim takes CLAIM_PART jobs at most (a larger want is claimed over the next turns): the
 # first of a thousand jobs start after a short commit, and no claim of a whole wave holds
-# that wave's puts. A commit takes SETTLES_PER_COMMIT settles at most, and none when more
-# than CLAIM_FIRST are due and jobs are to be claimed: then the claim goes first, alone.
+# that wave's puts. A claim takes SETTLES_PER_COMMIT settles with it at most, and none when
+# more than CLAIM_FIRST are due (then the claim goes first, alone, once: settles_due).
 CLAIM_PART = 250
 SETTLES_PER_COMMIT = 100
 CLAIM_FIRST = 100
@@ -75,7 +77,7 @@ class _DbThread:
         # for the next turn of the thread: (write, is it a read, its caller's future)
         self._pending: List[Tuple[Write, bool, "asyncio.Future[Any]"]] = []
         self._committer: Optional["asyncio.Task[None]"] = None
-        self._put_turns = 0        # turns in a row that committed puts alone, others pending
+        self._put_turns = 0        # turns in a row that committed handlers' writes alone, others pending
         self._reader: Optional["_DbThread"] = None   # reads' own thread and connection (read())
 
     def _run(self, fn: Callable[..., Any], args: tuple) -> Any:
@@ -94,7 +96,8 @@ class _DbThread:
     async def write(self, write: Write) -> Any:
         """`write` in the next group commit: its answer (or its error) once the transaction
         that holds it has committed. Writes asked for in the same turn of the loop, or while
-        the thread commits the previous group, share one commit."""
+        the thread commits the previous group, share one commit (the handlers' own writes
+        apart from the others: _next_group)."""
         return await self._next_turn(write, False)
 
     async def read(self, read: Write) -> Any:
@@ -115,7 +118,7 @@ class _DbThread:
 
     async def _turns(self) -> None:
         """Runs the pending reads, then commits the pending writes, one group per turn of
-        the thread, until none is left (_next_group: step puts first)."""
+        the thread, until none is left (_next_group: the handlers' writes first)."""
         try:
             while self._pending:
                 turn, self._pending = self._next_group(self._pending)
@@ -130,16 +133,16 @@ class _DbThread:
 
     def _next_group(self, pending: List[Tuple[Write, bool, "asyncio.Future[Any]"]]) -> Tuple[list, list]:
         """This turn's part of `pending`, and what is left for the next. A handler waits for
-        its step put, while a settle, a claim ahead or a renewal waits for nobody: so step
-        puts commit alone, PUTS_PER_COMMIT at most, and the other writes wait while puts
-        are pending, for PUT_TURNS turns in a row at most, then go alone. A wave of puts
-        is then never held by a commit of hundreds of settles or a claim of hundreds of
-        jobs, which go between waves."""
-        puts = [item for item in pending if item[0].function == "tq_step_put"]
+        its step put or progress, while a settle, a claim ahead or a renewal waits for
+        nobody: so the handlers' writes commit alone, PUTS_PER_COMMIT at most, and the
+        others wait while those are pending, for PUT_TURNS turns in a row at most, then go
+        alone. A wave of puts is then never held by a commit of hundreds of settles or a
+        claim of hundreds of jobs, which go between waves."""
+        puts = [item for item in pending if item[0].function in HANDLER_WRITES]
         if len(puts) == len(pending):
             self._put_turns = 0
             return puts[:PUTS_PER_COMMIT], puts[PUTS_PER_COMMIT:]
-        others = [item for item in pending if item[0].function != "tq_step_put"]
+        others = [item for item in pending if item[0].function not in HANDLER_WRITES]
         if not puts or self._put_turns >= PUT_TURNS:
             self._put_turns = 0
             return others, puts
@@ -308,6 +311,7 @@ class _AsyncWork:
         self.ahead: Deque[AsyncRun] = collections.deque()   # claimed ahead, not started (prefetch)
         self.pace = _Pace(prefetch, concurrency)
         self.finished: List[Tuple[AsyncRun, str, Any]] = []
+        self.settles_waited = False     # the last claim went alone, its settles due waited
         self.may_claim = True
         self.event = asyncio.Event()
         self.handled = 0
@@ -334,10 +338,7 @@ class _AsyncWork:
                 want = 0 if stopping or not self.may_claim else free + ahead - len(self.ahead)
                 want = min(want, CLAIM_PART)
                 if self.finished or want > 0:
-                    # many settles due and jobs to claim: the claim first, alone (its
-                    # handlers are waiting; the settles wait for nobody)
-                    batch = [] if want > 0 and len(self.finished) > CLAIM_FIRST else self.finished[:SETTLES_PER_COMMIT]
-                    del self.finished[:len(batch)]
+                    batch = self.settles_due(want > 0)
                     args = None if want <= 0 else claim_args(self.name, self.worker, want, self.lease_options)
                     started = time.monotonic()
                     jobs = await self.settle_and_claim(sql, batch, args)
@@ -359,6 +360,25 @@ class _AsyncWork:
         finally:
             await _uncancellable(self.finish(sql, heartbeat))
         return self.handled
+
+    def settles_due(self, claiming: bool) -> List[Tuple[AsyncRun, str, Any]]:
+        """The settles that go with this turn's claim, taken from `finished`. Many due and
+        jobs to claim: none, once (the claim goes first, alone: its handlers wait, the
+        settles wait for nobody), never twice in a row: in a backlog of fast jobs, whose
+        places free as fast as they are claimed, the settles would wait for the backlog's
+        end while their leases ran out (an ended job is renewed no more) and the jobs ran
+        again. More than `concurrency` due (ends outpace the commits): all of them."""
+        due = len(self.finished)
+        if claiming and due > CLAIM_FIRST and not self.settles_waited:
+            n = 0
+        elif due > self.concurrency:
+            n = due
+        else:
+            n = min(due, SETTLES_PER_COMMIT)
+        self.settles_waited = n == 0 and due > 0
+        batch = self.finished[:n]
+        del self.finished[:n]
+        return batch
 
     def predicted(self, covered: int) -> Tuple[int, Optional[float]]:
         """How many running handlers are expected to end within the pace's lead (from their
