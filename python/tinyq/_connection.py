@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import sqlite3
 import threading
+import time
 import weakref
 from typing import Any, Callable, Union
 
@@ -76,8 +77,23 @@ def _open_like(conn, path, busy_timeout=5.0):
 
 def _configure(conn, busy_timeout):
     _rows(conn, "PRAGMA busy_timeout=%d" % int(busy_timeout * 1000))
-    _rows(conn, "PRAGMA journal_mode=WAL")
+    _to_wal(conn, busy_timeout)
     _rows(conn, "PRAGMA synchronous=FULL")  # power-safe commits: docs/guarantees.md
+
+
+def _to_wal(conn, busy_timeout):
+    """PRAGMA journal_mode=WAL, tried again for up to `busy_timeout` while the file is locked.
+    Two connections that open a new file at once both switch it to WAL, and SQLite answers
+    the loser "database is locked" at once, without waiting in its busy handler."""
+    deadline = time.monotonic() + busy_timeout
+    while True:
+        try:
+            _rows(conn, "PRAGMA journal_mode=WAL")
+            return
+        except Exception as exc:
+            if "locked" not in str(exc) or time.monotonic() >= deadline:
+                raise
+            time.sleep(0.01)
 
 
 # -- connections a tinyq object owns, and fork() ---------------------------------------------
