@@ -55,7 +55,8 @@ check: deps $(EXT)
 	$(CARGO) fmt --check --manifest-path examples/rust/Cargo.toml
 	$(CARGO) clippy --release --all-targets -- -D warnings
 	$(CARGO) clippy --release --lib --no-default-features --features rusqlite -- -D warnings
-	$(PY) -m pytest -q tests/test_query_plans.py tests/test_docs.py
+	$(PY) scripts/circles.py
+	$(PY) -m pytest -q tests/test_query_plans.py tests/test_docs.py tests/test_circles.py
 
 # The long fuzz run (tests/test_fuzz.py): every function, random arguments and interleavings,
 # the store's invariants after each step, failures shrunk. FUZZ_SECONDS (default 600) and
