@@ -3,17 +3,19 @@
 
 use std::collections::HashMap;
 
+use crate::held::{self, Held};
 use crate::limits::counts::{self, Counts};
 use crate::limits::groups::{self, Place};
 use crate::limits::{self, windows};
 use crate::options::{self, Options};
 use crate::schedule;
 use crate::settings::{self, Settings};
-use crate::settle::{self, Held, Outcome};
+use crate::settle::{self, Outcome};
 use crate::sqlite::{Bind, Conn};
 use crate::sqlite::{Result, Val};
 use crate::timeline::next_event;
-use crate::{expiry, holders, signals, sweep, wal};
+use crate::workflows::signals;
+use crate::{expiry, holders, sweep, wal};
 
 /// Most jobs one claim may take.
 pub const MAX_BATCH: i64 = 1000;
@@ -182,7 +184,7 @@ fn end_expired(conn: &Conn, q: &Settings, now: i64) -> Result<()> {
     let ended = conn.rows(
         concat!(
             "SELECT ",
-            settle::held_columns!(),
+            held::held_columns!(),
             ", lease_until >= deadline FROM tinyq_jobs
              WHERE status = 'running' AND expires_at IS NULL AND queue = ?1 AND lease_until <= ?2"
         ),

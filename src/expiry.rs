@@ -14,7 +14,7 @@ use crate::options::{Moment, Options};
 use crate::settings::Settings;
 use crate::sqlite::{Conn, Result};
 use crate::timeline::next_event;
-use crate::workflows::{self, End};
+use crate::workflows::deps::{self, End};
 
 /// The error of an expired job.
 pub const ERROR: &str = "expired";
@@ -73,7 +73,7 @@ pub fn end_expired(conn: &Conn, q: &Settings, now: i64) -> Result<()> {
         &[&q.name, &now, &q.keep(), &ERROR],
     )?;
     for seq in linked {
-        workflows::ended(conn, seq, End::Failed, now)?;
+        deps::ended(conn, seq, End::Failed, now)?;
     }
     Ok(())
 }

@@ -6,8 +6,9 @@
 
 use std::sync::OnceLock;
 
+use crate::held::{self, Held};
 use crate::settings::Settings;
-use crate::settle::{self, Held, Outcome};
+use crate::settle::{self, Outcome};
 use crate::sqlite::{Bind, Conn, Result};
 
 /// This process: (machine and boot, pid, start time in clock ticks since boot).
@@ -100,7 +101,7 @@ pub fn recover(conn: &Conn, q: &Settings, now: i64) -> Result<()> {
         let held = conn.rows(
             concat!(
                 "SELECT ",
-                settle::held_columns!(),
+                held::held_columns!(),
                 " FROM tinyq_jobs WHERE status = 'running' AND queue = ?1 AND holder = ?2"
             ),
             &[&q.name, &holder],

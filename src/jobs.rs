@@ -2,50 +2,16 @@
 
 use serde_json::json;
 
-use crate::keys::{self, OnConflict};
+use crate::keys;
 use crate::options::{self, Moment, Options};
+use crate::row::{group_limited, OnConflict, Row};
 use crate::settings;
 use crate::sqlite::Conn;
 use crate::sqlite::{Out, Result, Val};
 use crate::stats;
 use crate::timeline::next_event;
-use crate::workflows::{self, After, End};
+use crate::workflows::deps::{self, After, End};
 use crate::{expiry, json, random, store};
-
-/// SQL: does queue `$queue` have group limits, so that a due grouped job is set aside until
-/// its group promotes it? The SQL twin of `Settings::has_group_limits`, for statements that
-/// must stay one statement (tq_add from a trigger) or do not know the queue's settings.
-macro_rules! group_limited {
-    ($queue:literal) => {
-        concat!(
-            "EXISTS (SELECT 1 FROM tinyq_queues WHERE name = ",
-            $queue,
-            " AND (group_concurrency IS NOT NULL OR group_rate_n IS NOT NULL))"
-        )
-    };
-}
-pub(crate) use group_limited;
-
-/// SQL: the INSERT of a new job (?1 id, ?2 queue, ?3 status, ?4 group, ?5 priority, ?6 run_at,
-/// ?7 budget, ?8 payload, ?9 meta, ?10 now, ?11 start_by, ?12 slot, ?14 waits, ?15
-/// after_failed), before its ON CONFLICT (keys.rs).
-macro_rules! insert_job {
-    () => {
-        concat!(
-            "INSERT INTO tinyq_jobs (id, queue, status, grp, priority, run_at, budget, payload, meta, created_at, changed_at, attempt, parked, start_by, slot, waits, after_failed, last_event)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?10,
-                     -- attempts continue after those of the id's earlier jobs (JOB-05, marks.rs)
-                     CASE WHEN ?12 IS NULL THEN 0 ELSE coalesce((SELECT attempt FROM tinyq_marks WHERE slot = ?12), 0) END,
-                     -- set aside until its group promotes it (limits/groups.rs)
-                     CASE WHEN ?4 IS NOT NULL AND ?3 = 'queued' THEN ",
-            $crate::jobs::group_limited!("?2"),
-            " ELSE 0 END, ?11, ?12, ?14, ?15,
-                     -- the seq of its first event (timeline.rs): one row, so computed once
-                     ifnull((SELECT seq FROM tinyq_events ORDER BY seq DESC LIMIT 1), 0) + 1)"
-        )
-    };
-}
-pub(crate) use insert_job;
 
 /// Arguments of `tq_add`, checked before anything is written.
 struct NewJob {
@@ -90,7 +56,7 @@ fn parse_add(args: &[Val]) -> Result<NewJob> {
     }
     let opts = Options::parse(
         args.get(2),
-        &[&["id", "at", "delay"], JOB_OPTIONS, expiry::OPTIONS, keys::OPTIONS, workflows::OPTIONS].concat(),
+        &[&["id", "at", "delay"], JOB_OPTIONS, expiry::OPTIONS, keys::OPTIONS, deps::OPTIONS].concat(),
     )?;
     let JobOptions { priority, group, attempts, meta } = job_options(&opts)?;
     let mut job = NewJob {
@@ -105,7 +71,7 @@ fn parse_add(args: &[Val]) -> Result<NewJob> {
         meta,
         expires: expiry::parse(&opts)?,
         on_conflict: OnConflict::Keep,
-        after: workflows::parse(&opts)?,
+        after: deps::parse(&opts)?,
     };
     if job.at.is_some() && job.delay.is_some() {
         bail!("give option \"at\" or \"delay\", not both");
@@ -115,7 +81,7 @@ fn parse_add(args: &[Val]) -> Result<NewJob> {
         bail!("option \"id\" must not start with 'tq_': that prefix is reserved for generated ids");
     }
     if let (Some(after), Some(id)) = (&job.after, &job.id) {
-        workflows::refuse_self("option \"after\"", id, &after.ids)?;
+        deps::refuse_self("option \"after\"", id, &after.ids)?;
     }
     if let Some(id) = job.id.as_deref().filter(|id| is_schedule_id(id)) {
         bail!(
@@ -151,7 +117,7 @@ pub fn tq_add(conn: &Conn, args: &[Val]) -> Result<Out> {
             None => generated_id(conn, now)?,
         };
         let deps = match &job.after {
-            Some(after) => Some(workflows::find(conn, "option \"after\"", &after.ids)?),
+            Some(after) => Some(deps::find(conn, "option \"after\"", &after.ids)?),
             None => None,
         };
         let waits = deps.as_ref().map(|d| d.iter().filter(|d| d.status != "done").count() as i64).filter(|w| *w > 0);
@@ -167,7 +133,7 @@ pub fn tq_add(conn: &Conn, args: &[Val]) -> Result<Out> {
             start_by: expiry::bound(job.expires.as_ref(), run_at, now)?,
             on_conflict: job.on_conflict,
             waits,
-            after_failed: workflows::stored_policy(job.after.as_ref()),
+            after_failed: deps::stored_policy(job.after.as_ref()),
         };
         let Some(deps) = deps else {
             insert(conn, &row, now)?;
@@ -178,8 +144,8 @@ pub fn tq_add(conn: &Conn, args: &[Val]) -> Result<Out> {
         insert(conn, &row, now)?;
         let after = conn.one_int("SELECT seq FROM tinyq_jobs WHERE id = ?1", &[&id])?;
         if let Some(seq) = after.filter(|s| Some(*s) != before) {
-            workflows::link(conn, seq, &deps)?;
-            workflows::settle_failed(conn, seq, &deps, now)?;
+            deps::link(conn, seq, &deps)?;
+            deps::settle_failed(conn, seq, &deps, now)?;
         }
         Ok(Out::Text(id))
     };
@@ -188,26 +154,6 @@ pub fn tq_add(conn: &Conn, args: &[Val]) -> Result<Out> {
     } else {
         conn.write_one(add)
     }
-}
-
-/// One job to add: what tq_add and a schedule's due time (src/schedule/) both insert.
-pub struct Row<'a> {
-    pub id: &'a str,
-    pub queue: &'a str,
-    pub group: &'a Option<String>,
-    pub priority: i64,
-    pub run_at: i64,
-    pub budget: Option<i64>,
-    pub payload: &'a Val,
-    pub meta: &'a Option<String>,
-    /// tq_add's `expires` (expiry.rs).
-    pub start_by: Option<i64>,
-    /// What a present id does (keys.rs).
-    pub on_conflict: OnConflict,
-    /// Blocked on this many unfinished dependencies (workflows.rs); None: not blocked.
-    pub waits: Option<i64>,
-    /// tq_add's `after_failed`, as stored (NULL: 'fail').
-    pub after_failed: Option<&'static str>,
 }
 
 /// Adds the job unless its id is present; a present job stays (DEDUPE: its meta included),
@@ -309,7 +255,7 @@ pub fn tq_get(conn: &Conn, args: &[Val]) -> Result<Out> {
     )?;
     let Some((mut obj, stored, queue, status, place, signal)) = found else { return Ok(Out::Null) };
     if status == "blocked" {
-        obj["blocked_on"] = workflows::blocked_on(conn, place.2, signal, place.1)?;
+        obj["blocked_on"] = deps::blocked_on(conn, place.2, signal, place.1)?;
     }
     if obj["attempts"].is_null() {
         obj["attempts"] = settings::load(conn, &queue)?.attempts().into();
@@ -347,7 +293,7 @@ pub fn tq_cancel(conn: &Conn, args: &[Val]) -> Result<Out> {
         if marked > 0 {
             // Its dependents follow their `after_failed` (DEP-01), and it goes with them.
             match conn.one_int("SELECT seq FROM tinyq_jobs WHERE id = ?1 AND linked IS NOT NULL", &[&id])? {
-                Some(seq) => workflows::ended(conn, seq, End::Cancelled, now)?,
+                Some(seq) => deps::ended(conn, seq, End::Cancelled, now)?,
                 None => {
                     conn.exec("DELETE FROM tinyq_jobs WHERE id = ?1", &[&id])?;
                 }

@@ -12,20 +12,13 @@
 //! as an event of the job's state with the detail {"replaced":true}, and the counters,
 //! buckets and group heads follow it (the trigger tinyq_jobs_replaced, sql/store.sql).
 
-use crate::jobs::{insert_job, Row};
 use crate::marks;
 use crate::options::{self, Options};
+use crate::row::{insert_job, OnConflict, Row};
 use crate::sqlite::{Bind, Conn, Result};
 
 /// The options of tq_add that say what a present id does.
 pub const OPTIONS: &[&str] = &["on_conflict", "max_wait"];
-
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub enum OnConflict {
-    Keep,
-    Replace,
-    Debounce { max_wait: Option<i64> },
-}
 
 /// Reads `on_conflict` and `max_wait`, given the add's `id`, `at` and `delay`.
 pub fn parse(opts: &Options, id: Option<&str>, at: Option<i64>, delay: Option<i64>) -> Result<OnConflict> {
@@ -118,7 +111,7 @@ pub fn write(conn: &Conn, job: &Row, now: i64) -> Result<i64> {
                  parked = tinyq_jobs.status <> 'blocked' AND ?4 IS NOT NULL AND ",
             new_run_at!(),
             " <= ?10 AND ",
-            crate::jobs::group_limited!("?2"),
+            crate::row::group_limited!("?2"),
             "
              WHERE (tinyq_jobs.status = 'scheduled' OR tinyq_jobs.status = 'queued' OR tinyq_jobs.status = 'blocked')
                AND tinyq_jobs.queue = ?2"

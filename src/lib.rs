@@ -22,6 +22,7 @@ mod sqlite;
 mod check;
 mod claim;
 mod expiry;
+mod held;
 mod holders;
 mod jobs;
 mod json;
@@ -32,19 +33,19 @@ mod options;
 mod pages;
 mod queues;
 mod random;
+mod row;
 mod schedule;
 mod settings;
 mod settle;
-mod signals;
 mod stats;
 mod steps;
 mod store;
 mod sweep;
 mod tables;
+mod text;
 mod time;
 mod timeline;
 mod wait;
-mod waits;
 mod wake;
 mod wal;
 mod workflows;
@@ -64,7 +65,7 @@ const SCALARS: &[(&str, c_int, c_int, sqlite::Body)] = &[
     ("tq_cancel", -1, TRIGGERS, jobs::tq_cancel),
     ("tq_get", -1, INNOCUOUS, jobs::tq_get),
     ("tq_retry", -1, DIRECT_ONLY, jobs::tq_retry),
-    ("tq_signal", -1, TRIGGERS, signals::tq_signal),
+    ("tq_signal", -1, TRIGGERS, workflows::signals::tq_signal),
     ("tq_renew", -1, DIRECT_ONLY, settle::tq_renew),
     ("tq_settle", -1, DIRECT_ONLY, settle::tq_settle),
     ("tq_step_get", -1, INNOCUOUS, steps::tq_step_get),

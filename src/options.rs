@@ -210,30 +210,21 @@ fn json_kind(v: &Value) -> &'static str {
     }
 }
 
-/// The first characters of a long text, for messages.
-pub fn clip(s: &str) -> String {
-    if s.chars().count() <= 60 {
-        s.to_string()
-    } else {
-        format!("{}...", s.chars().take(60).collect::<String>())
-    }
-}
+pub use crate::text::{clip, quote};
 
-/// A text value as messages show it: quoted, and cut to a bounded length.
-pub fn quote(s: &str) -> String {
-    format!("'{}'", clip(s))
-}
+/// The step a woken job finds the payload under is this and the signal's name (workflows/signals.rs).
+pub const STEP_PREFIX: &str = "signal:";
 
 /// A required name (id, queue, group, step, worker): non-empty text up to MAX_NAME bytes.
 pub fn name(what: &str, v: &Val) -> Result<String> {
     name_of_most(what, v, MAX_NAME)
 }
 
-/// A step's name: a name, or `signal:` and a signal's name (signals.rs), which may be a
+/// A step's name: a name, or `signal:` and a signal's name (workflows/signals.rs), which may be a
 /// name of MAX_NAME bytes itself.
 pub fn step_name(what: &str, v: &Val) -> Result<String> {
     let most = match v {
-        Val::Text(s) if s.starts_with(crate::signals::STEP_PREFIX) => MAX_NAME + crate::signals::STEP_PREFIX.len(),
+        Val::Text(s) if s.starts_with(STEP_PREFIX) => MAX_NAME + STEP_PREFIX.len(),
         _ => MAX_NAME,
     };
     name_of_most(what, v, most)

@@ -1,11 +1,12 @@
 //! How an attempt ends: settle's six outcomes, and the endings claims find (a lease
 //! that ran out, a timeout). One function moves the job for all of them.
 
+use crate::held::{again, held_columns, Held};
 use crate::settings::{self, Settings};
-use crate::sqlite::{Conn, Error, Out, Result, Stmt, Val};
+use crate::sqlite::{Conn, Error, Out, Result, Val};
 use crate::timeline::{next_event, next_event_ungrouped};
-use crate::waits::{self, Wait};
-use crate::workflows::{self, End};
+use crate::workflows::deps::{self, End};
+use crate::workflows::waits::{self, Wait};
 use crate::{expiry, options, random, time};
 
 pub enum Outcome {
@@ -18,42 +19,8 @@ pub enum Outcome {
     LeaseExpired {
         died: bool,
     },
-    /// Blocked until jobs finish or a signal comes (waits.rs); the attempt does not count.
+    /// Blocked until jobs finish or a signal comes (workflows/waits.rs); the attempt does not count.
     Wait(Wait),
-}
-
-/// The job fields an ending needs.
-pub struct Held {
-    pub seq: i64,
-    pub attempt: i64,
-    pub tries: i64,
-    pub budget: Option<i64>,
-    /// Its `expires` (EXP-01): it never runs again at or after it.
-    pub start_by: Option<i64>,
-    /// It is in a workflow (tinyq_deps): its ending is told to its dependencies and dependents.
-    pub linked: bool,
-}
-
-/// SQL: the columns of tinyq_jobs that `Held::read` reads, first in a SELECT.
-macro_rules! held_columns {
-    () => {
-        "seq, attempt, tries, budget, start_by, linked"
-    };
-}
-pub(crate) use held_columns;
-
-impl Held {
-    /// Reads a row whose first columns are `held_columns!()`.
-    pub fn read(st: &Stmt) -> Held {
-        Held {
-            seq: st.int(0),
-            attempt: st.int(1),
-            tries: st.int(2),
-            budget: st.opt_int(3),
-            start_by: st.opt_int(4),
-            linked: st.opt_int(5).is_some(),
-        }
-    }
 }
 
 /// Moves the job to where `outcome` sends it.
@@ -109,33 +76,6 @@ pub fn apply(conn: &Conn, job: &Held, q: &Settings, outcome: Outcome, now: i64) 
     Ok(())
 }
 
-/// Waits again until `run_at`, with `tries` charged so far. Due at once in a queue with
-/// group limits, a grouped job is set aside until its group promotes it (limits/groups.rs).
-#[allow(clippy::too_many_arguments)]
-pub fn again(
-    conn: &Conn,
-    q: &Settings,
-    seq: i64,
-    tries: i64,
-    run_at: i64,
-    error: Option<&str>,
-    note: Val,
-    now: i64,
-) -> Result<i64> {
-    conn.exec(
-        concat!(
-            "UPDATE tinyq_jobs SET",
-            next_event!(),
-            ", status = CASE WHEN ?3 > ?6 THEN 'scheduled' ELSE 'queued' END,
-             tries = ?2, run_at = ?3, error = coalesce(?4, error), note = ?5, changed_at = ?6,
-             lease_until = NULL, deadline = NULL, holder = NULL, expires_at = NULL,
-             parked = (?7 AND ?3 <= ?6 AND grp IS NOT NULL)
-         WHERE seq = ?1"
-        ),
-        &[&seq, &tries, &run_at, &error, &note, &now, &q.has_group_limits()],
-    )
-}
-
 /// Fails the job for good. `keep_lease`: the attempt's lease ran out unsettled, and its
 /// late settlement still counts until someone claims the job (JOB-05). A job that others
 /// wait for is kept while they have not finished (no window yet), and they follow their
@@ -153,7 +93,7 @@ fn fail(conn: &Conn, job: &Held, msg: &str, q: &Settings, now: i64, keep_lease: 
         &[&job.seq, &msg, &now, &(now + q.keep()), &keep_lease],
     )?;
     if job.linked {
-        workflows::ended(conn, job.seq, End::Failed, now)?;
+        deps::ended(conn, job.seq, End::Failed, now)?;
     }
     Ok(n)
 }
@@ -216,7 +156,7 @@ macro_rules! working_fence {
 pub(crate) use working_fence;
 
 /// SQL: settles `done`, fenced like `held`; the id is kept for `dedupe`, or with no window
-/// while dependents hold it (workflows.rs). `$event`: `next_event` or, where the fence keeps
+/// while dependents hold it (workflows/deps.rs). `$event`: `next_event` or, where the fence keeps
 /// out every job whose line or group the settle moves, `next_event_ungrouped`.
 macro_rules! done_sql {
     ($event:ident, $also:literal) => {
@@ -259,7 +199,7 @@ fn done(conn: &Conn, id: &str, attempt: i64, result: &Val) -> Result<Out> {
             return Ok(Out::Int(0));
         };
         conn.exec(done_sql!(next_event, ""), &values)?;
-        workflows::ended(conn, job.seq, End::Done, now)?;
+        deps::ended(conn, job.seq, End::Done, now)?;
         Ok(Out::Int(1))
     })
 }

@@ -5,8 +5,8 @@ use crate::holders;
 use crate::limits::windows;
 use crate::options;
 use crate::settings::{self, Settings};
-use crate::signals;
 use crate::sqlite::{Bind, Conn, Out, Result, Val};
+use crate::workflows::signals;
 
 // Limits are written `LIMIT ?N + 0`: since SQLite 3.47 or so a bare `LIMIT ?N` is planned
 // with the bound value, so every new binding re-prepares the statement (~90k instructions,

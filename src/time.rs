@@ -1,7 +1,7 @@
 //! Times, durations, rates and backoff: pure logic, unit-tested here.
 
-use crate::options::quote;
 use crate::sqlite::{Conn, Val};
+use crate::text::quote;
 
 /// The longest duration tinyq accepts anywhere: 100 years, far from i64 overflow.
 pub const MAX_DURATION_MS: i64 = 100 * 365 * 86_400_000;

@@ -9,11 +9,11 @@ use crate::expiry;
 use crate::limits::windows;
 use crate::schedule;
 use crate::settings;
-use crate::signals;
 use crate::sqlite::Conn;
 use crate::sqlite::Error;
 use crate::sqlite::{Out, Result, Val};
 use crate::wake::Watch;
+use crate::workflows::signals;
 use crate::{options, store, time};
 
 /// The longest a single tq_wait may block.

@@ -8,9 +8,10 @@ mod get;
 
 pub use get::tq_schedule_get;
 
-use crate::jobs::{self, Row};
-use crate::keys::OnConflict;
+use crate::jobs;
 use crate::options::{self, Options};
+use crate::row::OnConflict;
+use crate::row::Row;
 use crate::sqlite::Conn;
 use crate::sqlite::{Error, Out, Result, Stmt, Val};
 use crate::store;

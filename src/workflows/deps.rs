@@ -11,8 +11,8 @@
 
 use std::collections::HashSet;
 
-use crate::jobs::group_limited;
 use crate::options::{self, Options};
+use crate::row::group_limited;
 use crate::settings;
 use crate::sqlite::{Conn, Error, Result};
 use crate::timeline::next_event;

@@ -5,17 +5,15 @@
 //! nothing. A wait whose timeout passes first is made due by the next claim, as a scheduled
 //! job is (its time is the timeout), without the step.
 
-use crate::jobs::group_limited;
+use crate::options::STEP_PREFIX;
 use crate::options::{self, Options};
+use crate::row::group_limited;
 use crate::settings::Settings;
 use crate::sqlite::{Conn, Out, Result, Val};
 use crate::timeline::next_event;
 
 /// How long a signal is kept by default.
 pub const DEFAULT_KEEP: i64 = 7 * 86_400_000;
-
-/// The step a woken job finds the payload under is this and the signal's name.
-pub const STEP_PREFIX: &str = "signal:";
 
 fn step_name(name: &str) -> String {
     format!("{STEP_PREFIX}{name}")

@@ -1,15 +1,15 @@
 //! tq_settle's `'wait'` outcome: a running job gives its worker back and is blocked until
-//! jobs finish (`{"after": [ids]}`, workflows.rs) or a signal comes (`{"signal": name,
+//! jobs finish (`{"after": [ids]}`, deps.rs) or a signal comes (`{"signal": name,
 //! "timeout": duration}`, signals.rs). Like a snooze, the attempt does not count; the lease
 //! ends, so the job holds no place in any limit while it waits.
 
+use crate::held::{self, Held};
 use crate::options::{self, Options};
 use crate::settings::Settings;
-use crate::settle::{self, Held};
-use crate::signals;
 use crate::sqlite::{Conn, Error, Result, Val};
 use crate::timeline::next_event;
-use crate::workflows::{self, FOREVER};
+use crate::workflows::deps::{self, FOREVER};
+use crate::workflows::signals;
 
 pub enum Wait {
     After(Vec<String>),
@@ -33,7 +33,7 @@ impl Wait {
             (Some(_), None) if timeout.is_some() => {
                 bail!("outcome 'wait': \"timeout\" goes with \"signal\" (a wait for jobs ends when they finish)")
             }
-            (Some(ids), None) => Ok(Wait::After(workflows::checked_ids("outcome 'wait': \"after\"", ids)?)),
+            (Some(ids), None) => Ok(Wait::After(deps::checked_ids("outcome 'wait': \"after\"", ids)?)),
             (None, Some(name)) => Ok(Wait::Signal { name, timeout }),
         }
     }
@@ -44,9 +44,9 @@ impl Wait {
 pub fn begin(conn: &Conn, job: &Held, q: &Settings, wait: &Wait, now: i64) -> Result<i64> {
     match wait {
         Wait::After(ids) => {
-            let deps = workflows::find(conn, "outcome 'wait': \"after\"", ids)?;
+            let deps = deps::find(conn, "outcome 'wait': \"after\"", ids)?;
             for d in &deps {
-                if d.seq == job.seq || workflows::waits_for(conn, d.seq, job.seq)? {
+                if d.seq == job.seq || deps::waits_for(conn, d.seq, job.seq)? {
                     let id = conn.row("SELECT id FROM tinyq_jobs WHERE seq = ?1", &[&d.seq], |st| st.text(0))?;
                     bail!(
                         "outcome 'wait': \"after\" names '{}', which is this job or waits for it: it would never run",
@@ -54,19 +54,19 @@ pub fn begin(conn: &Conn, job: &Held, q: &Settings, wait: &Wait, now: i64) -> Re
                     );
                 }
             }
-            let waits = workflows::link(conn, job.seq, &deps)?;
+            let waits = deps::link(conn, job.seq, &deps)?;
             let note = format!("{{\"after\":{}}}", deps.len());
             if waits == 0 {
-                return settle::again(conn, q, job.seq, job.tries - 1, now, None, Val::Text(note), now);
+                return held::again(conn, q, job.seq, job.tries - 1, now, None, Val::Text(note), now);
             }
             block(conn, job, None, waits, now, &note)?;
-            workflows::settle_failed(conn, job.seq, &deps, now)?;
+            deps::settle_failed(conn, job.seq, &deps, now)?;
             Ok(1)
         }
         Wait::Signal { name, timeout } => {
             let note = serde_json::json!({ "signal": name }).to_string();
             if signals::deliver_kept(conn, job.seq, name, now)? {
-                return settle::again(conn, q, job.seq, job.tries - 1, now, None, Val::Text(note), now);
+                return held::again(conn, q, job.seq, job.tries - 1, now, None, Val::Text(note), now);
             }
             let until = timeout.map_or(FOREVER, |t| now.saturating_add(t));
             block(conn, job, Some(name), until, now, &note)
