@@ -4,7 +4,8 @@ PY ?= /usr/bin/python3
 CARGO ?= cargo
 EXT := dist/tinyq.so
 
-.PHONY: all loadable build-deps deps release demo test test-rust test-python test-python-current test-node test-node-drivers test-drivers test-cluster soak bench bench-quick screenshots clean \
+.PHONY: all loadable rust build-deps deps release demo test test-all test-rust test-python test-python-current \
+	test-python-current-all test-node test-node-drivers test-drivers test-cluster soak bench bench-quick screenshots clean \
 	install uninstall wheel npm-pack test-npm-package
 
 all: loadable
@@ -26,6 +27,7 @@ deps: build-deps
 	command -v sqlite3 >/dev/null 2>&1 || missing="$$missing sqlite3"; \
 	$(PY) -c 'import pytest' >/dev/null 2>&1 || missing="$$missing python3-pytest"; \
 	$(PY) -c 'import hypothesis' >/dev/null 2>&1 || missing="$$missing python3-hypothesis"; \
+	$(PY) -c 'import xdist' >/dev/null 2>&1 || missing="$$missing python3-pytest-xdist"; \
 	$(PY) -c 'import apsw' >/dev/null 2>&1 || missing="$$missing python3-apsw"; \
 	$(PY) -c 'import venv, ensurepip' >/dev/null 2>&1 || missing="$$missing python3-venv"; \
 	command -v valgrind >/dev/null 2>&1 || missing="$$missing valgrind"; \
@@ -40,7 +42,18 @@ deps: build-deps
 loadable: $(EXT)
 
 # build-deps is order-only: it runs first, but does not make the library out of date.
-$(EXT): $(shell find src sql -type f 2>/dev/null) Cargo.toml build.rs | build-deps
+# Rust comes from rustup (Debian's rustc is too old): say so before cargo's own error.
+RUST_MIN := $(shell sed -n 's/^rust-version = "\(.*\)"/\1/p' Cargo.toml)
+rust:
+	@command -v $(CARGO) >/dev/null 2>&1 || { \
+	  echo "tinyq needs Rust $(RUST_MIN) or newer, and cargo is not on PATH."; \
+	  echo "Install it with rustup, the Rust project's installer, then open a new shell (or: . ~/.cargo/env)."; \
+	  exit 1; }
+	@have=$$(rustc --version 2>/dev/null | cut -d' ' -f2); \
+	if [ "$$(printf '%s\n%s\n' "$(RUST_MIN)" "$$have" | sort -V | head -1)" != "$(RUST_MIN)" ]; then \
+	  echo "tinyq needs Rust $(RUST_MIN) or newer; this rustc is $$have. Update it: rustup update stable"; exit 1; fi
+
+$(EXT): $(shell find src sql -type f 2>/dev/null) Cargo.toml build.rs | rust build-deps
 	$(CARGO) build --release --lib
 	@mkdir -p dist
 	@# copy then rename: a process that has the old file loaded keeps a valid mapping
@@ -67,31 +80,62 @@ fuzz: deps $(EXT)
 	TINYQ_FUZZ_LONG=1 TINYQ_FUZZ_SECONDS=$(FUZZ_SECONDS) TINYQ_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) \
 	  $(PY) -m pytest -q -s tests/test_fuzz.py
 
-demo: deps $(EXT)
+# The demo needs only the build and Python: no test tools.
+demo: $(EXT)
 	$(PY) examples/demo.py
 
-test: deps $(EXT) test-rust test-python test-node test-node-drivers test-drivers test-cluster test-python-current
+# `make test`: what a contributor runs after a change, about 15 minutes on 2 cores. Every rule
+# is covered: the Rust unit tests, the whole Python suite on Debian's SQLite (files spread over
+# three pytest processes, each file whole in one), the files whose behaviour depends on the
+# SQLite version again on a current one, and the Node helper's tests. The longest tests run
+# in their quick form (TINYQ_FULL unset): a 20 s soak, 10 s of fuzzing, stores of 100,000
+# jobs where test-all builds 1,000,000.
+# `make test-all`: everything make test leaves out, with the long forms (TINYQ_FULL=1): the
+# long tests, the whole suite again on a current SQLite, the Node helper on node:sqlite and
+# bun:sqlite, every SQL driver, the dqlite cluster. .ci/run runs check, test and test-all.
+PYTEST_JOBS ?= 3
+PYTEST_PAR = $(if $(filter 1,$(PYTEST_JOBS)),,-n $(PYTEST_JOBS) --dist loadfile)
+test: deps $(EXT) test-rust test-python test-python-current test-node
+
+test-all: test-python-long test-python-current-all test-node-drivers test-drivers test-cluster
 
 test-rust: deps
 	$(CARGO) test --release --lib
 
 # (node/node_modules: the soak, tests/test_soak.py, runs Node producers and workers too)
 test-python: deps $(EXT) node/node_modules
-	$(PY) -m pytest -q --durations=15 tests
+	TINYQ_SOAK_SECONDS=$${TINYQ_SOAK_SECONDS:-20} $(PY) -m pytest -q $(PYTEST_PAR) --durations=15 tests
 
-# The whole Python suite again on a current SQLite (issue 7): libsqlite3.so.0 and the sqlite3
-# shell built once (~1 min, cached in target/sqlite-current/) from the SQLite amalgamation that
-# npm's sqlite3 package ships, put in front of Debian's 3.40 via LD_LIBRARY_PATH and PATH.
-# What is about time, processes, packaging or the helpers' own Python logic runs once, above:
-# the soak and the clock jumps (TINYQ_SOAK_SECONDS=0), and the files of ONCE_ONLY, whose SQL
-# is the same functions the rest of the suite calls directly (Node's tests run the helpers
-# again on better-sqlite3's current SQLite). This keeps `make test` well under 30 minutes.
+# The long forms alone (TINYQ_FULL=1): the minute-long soak, the fuzz's full budget, the
+# stores of 1,000,000 jobs.
+LONG_TESTS = test_soak test_fuzz test_cost test_pages
+test-python-long: deps $(EXT) node/node_modules
+	TINYQ_FULL=1 $(PY) -m pytest -q $(PYTEST_PAR) $(foreach t,$(LONG_TESTS),tests/$(t).py)
+
+# The files whose behaviour depends on the SQLite version, on a current SQLite (3.52, built
+# once in ~1 min by scripts/sqlite_current.sh and cached in target/sqlite-current/, put in
+# front of Debian's 3.40 via LD_LIBRARY_PATH and PATH): query plans and VM-step costs,
+# what the schema may call (SEC-01), loading and the version check, the file and lock
+# handling (WAL, checkpoints, faults, power cuts), JSON as stored, migrations and the
+# store's check, errors worded by SQLite, the sqlite3 shell, and how waits obey the host.
+VERSION_DEPENDENT = test_query_plans test_cost test_security test_hostile_schema test_load_check \
+  test_wal test_wait_lock test_sqlite_in_use test_faults test_disk_full_checkpoint test_powercut \
+  test_durability test_payload_as_stored test_meta test_migrations test_check test_errors \
+  test_arguments_low test_shell test_memory test_wait_idle test_host
+test-python-current: deps $(EXT) node/node_modules
+	TINYQ_SOAK_SECONDS=0 bash scripts/sqlite_current.sh $(PY) -m pytest -q $(PYTEST_PAR) \
+	  $(foreach t,$(VERSION_DEPENDENT),$(wildcard tests/$(t).py))
+
+# The whole Python suite again on the current SQLite (test-all). What is about time,
+# processes, packaging or the helpers' own Python logic runs once, in test-python: the
+# soak and the clock jumps (TINYQ_SOAK_SECONDS=0) and the files of ONCE_ONLY, whose SQL is
+# the same functions the rest of the suite calls directly.
 ONCE_ONLY = test_release test_rust_crate test_install test_demo test_dashboard \
   test_helper_scenarios test_helper_stop test_helper_threads_fail test_queue_work_guard \
   test_asyncio_helper test_asyncio_work_rules test_python_helper test_workflow_helpers \
   test_helpers_keys test_litestream test_cli_exits test_prefork test_stores
-test-python-current: deps $(EXT) node/node_modules
-	TINYQ_SOAK_SECONDS=0 bash scripts/sqlite_current.sh $(PY) -m pytest -q tests \
+test-python-current-all: deps $(EXT) node/node_modules
+	TINYQ_FULL=1 TINYQ_SOAK_SECONDS=0 bash scripts/sqlite_current.sh $(PY) -m pytest -q $(PYTEST_PAR) tests \
 	  $(foreach t,$(ONCE_ONLY),--ignore=tests/$(t).py)
 
 # Node helper: better-sqlite3 12 (13 needs Node 22); npm may skip the native build.

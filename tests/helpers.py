@@ -21,6 +21,10 @@ DAY = 24 * HOUR
 LEASE = 30 * SEC                # the default lease (docs/reference.md, tq_queue)
 EXT = os.path.join(ROOT, "dist", "tinyq")          # SQLite adds the .so itself
 SO = EXT + ".so"
+# `make test-all` (TINYQ_FULL=1) runs the longest tests in their long form: the stores of
+# 1,000,000 jobs, the full fuzz budget; `make test` runs them at a tenth of that.
+FULL = os.environ.get("TINYQ_FULL") == "1"
+MILLION = 1_000_000 if FULL else 100_000
 
 
 def connect(path, busy_ms=5000):

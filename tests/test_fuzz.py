@@ -16,7 +16,7 @@ and after every step the store's invariants hold (see `check_store`).
 
 The machine runs IN A SUBPROCESS (`/usr/bin/python3 tests/test_fuzz.py`), so a crash or an
 abort of the host shows up as a signal exit instead of killing pytest, and a hang as a
-timeout. Budget: about 25 s of fuzzing in a normal run; TINYQ_FUZZ_LONG=1 (`make fuzz`) runs
+timeout. Budget: about 10 s of fuzzing in make test, 25 s in make test-all (TINYQ_FULL=1); TINYQ_FUZZ_LONG=1 (`make fuzz`) runs
 10 minutes and shrinks a failure (TINYQ_FUZZ_SECONDS overrides both; TINYQ_FUZZ_EXAMPLES sets
 hypothesis's max_examples per run). A failure prints hypothesis's steps and seed.
 """
@@ -36,9 +36,9 @@ ROOT = os.path.dirname(HERE)
 EXT = os.environ.get("TINYQ_EXT") or os.path.join(ROOT, "dist", "tinyq")
 
 LONG = os.environ.get("TINYQ_FUZZ_LONG") == "1"
-BUDGET_S = float(os.environ.get("TINYQ_FUZZ_SECONDS") or (600 if LONG else 25))
+BUDGET_S = float(os.environ.get("TINYQ_FUZZ_SECONDS") or (600 if LONG else 25 if FULL else 10))
 
-from helpers import DAY, T0, check_buckets  # noqa: E402  (tests/ is the script's own folder: on sys.path)
+from helpers import DAY, FULL, T0, check_buckets  # noqa: E402  (tests/ is the script's own folder: on sys.path)
 
 # tq_get splices a stored payload in as stored (issue 28), so BIG_TEXT's 5000-deep brackets
 # come back 5000 deep: past the default recursion limit of Python's json.loads.

@@ -10,7 +10,7 @@ import pytest
 
 import helpers
 import stores
-from helpers import add, claim, get, one, pin, settle, snapshot
+from helpers import MILLION, add, claim, get, one, pin, settle, snapshot
 
 T0 = 1_800_000_000_000
 STATES = ["waiting", "scheduled", "running", "done", "failed"]
@@ -246,17 +246,18 @@ def built(tmp_path, waiting, held):
 
 
 def test_pages_do_bounded_work_at_a_million_jobs(tmp_path):
-    small, big = built(tmp_path, 1000, 200), built(tmp_path, 1_000_000, 5000)
-    assert one(big, "SELECT waiting FROM tq_stats('q')") == 1_000_000
+    """(100,000 jobs in make test's quick form; a million in make test-all: helpers.MILLION.)"""
+    small, big = built(tmp_path, 1000, 200), built(tmp_path, MILLION, 5000)
+    assert one(big, "SELECT waiting FROM tq_stats('q')") == MILLION
     cheap, deep = deep_page_costs(small), deep_page_costs(big)
-    print("\nVM steps of a page of 50, 1000 vs 1,000,000 waiting:", cheap, deep)
+    print("\nVM steps of a page of 50, 1000 vs %d waiting:" % MILLION, cheap, deep)
     for state, steps in deep.items():
         # The same work, up to the depth of a b-tree: no part of the list is read twice.
         assert steps < 1.5 * cheap[state] + 500, (state, cheap[state], steps)
     # The measure can tell: OFFSET reads every row it skips.
     offset, _ = vm_steps(big, "SELECT * FROM tq_jobs WHERE queue = 'q' AND state = 'waiting' "
-                              "LIMIT 50 OFFSET 900000", every=1000)
-    print("VM steps of the same page by OFFSET 900000:", offset)
+                              "LIMIT 50 OFFSET %d" % (MILLION * 9 // 10), every=1000)
+    print("VM steps of the same page by OFFSET %d:" % (MILLION * 9 // 10), offset)
     assert offset > 100 * deep["waiting"]
     # Each page statement tinyq ran walks an index: no scan of the jobs, no sort.
     statements = inner_statements(big)
