@@ -8,17 +8,15 @@ from helpers import ROOT, connect, get, shell
 
 GENERATED_ID = re.compile(r"tq_[0-9A-HJKMNP-TV-Z]{26}")
 
-# The README's "Thirty seconds in the sqlite3 shell" example, verbatim.
-README_EXAMPLE = """\
-.load ./dist/tinyq
-SELECT tq_add('replies', json_object('messageId', 41), '{"id": "reply:41"}');
-SELECT * FROM tq_claim('replies', 'worker-1', 10);          -- id, attempt, payload, ...
-SELECT tq_step_get('reply:41', 'answer');                    -- NULL the first time
-SELECT tq_step_put('reply:41', 1, 'answer', 'Hello!');       -- kept
-SELECT tq_renew('reply:41', 1);                              -- every lease/2
-SELECT tq_settle('reply:41', 1, 'done', '{"sent": true}');   -- 1
-SELECT * FROM tq_watch(0);
-"""
+# The README's "Thirty seconds in the sqlite3 shell" example, read from the README itself.
+def readme_example():
+    with open(os.path.join(ROOT, "README.md")) as f:
+        text = f.read()
+    section = text[text.index("## Thirty seconds in the sqlite3 shell"):]
+    return section[section.index("```sql\n") + 7:section.index("```\n", section.index("```sql\n") + 7)]
+
+
+README_EXAMPLE = readme_example()
 
 
 def test_shell_loads_tinyq_and_adds_a_job(db_path):
