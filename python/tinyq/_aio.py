@@ -36,12 +36,13 @@ from typing import Any, Awaitable, Callable, Deque, Dict, Iterable, List, Option
 from ._connection import OwnedConnection, open as open_conn
 from ._context import RunBase, current_run, is_busy, stop_grace
 from ._group import Write, commit_group, run_reads
-from ._protocol import (WAITER_JOIN_S, Pace, abandon, check_work_args, claim_args, grace_left, sooner,
+from ._protocol import (WAITER_JOIN_S, Pace, check_work_args, claim_args,
                         claim_sql, lease_options, lease_pairs, lease_value, moving_average, outcome_of_exception,
                         queue_specs, renew_in, renew_soon, renewed, result_outcome, schedule_renewal, settle_and_claim_in,
-                        stop_on_signals, worker_name)
+                        worker_name)
 from ._queue import Queue
 from ._sql import _decode, _encode, _one, _rows
+from ._stopping import abandon, grace_left, sooner, stop_on_signals
 from . import _waiter
 from ._waits import (JOBS_OF, NOW, STEP_ROW, after_results, duration_ms, signal_steps, signal_wait, sleep_step,
                      sleep_until, wait_ids)

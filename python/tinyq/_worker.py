@@ -14,11 +14,11 @@ from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
 
 from ._context import Outcome, Cancelled, RunBase, current_run
 from ._group import Leader, Write, commit_group
-from ._protocol import (PROGRESS, STEP_GET, STEP_PUT, WAITER_JOIN_S, Pace, abandon, check_work_args,
-                        claim_args, grace_left, claim_sql, lease_options, lease_pairs, lease_value, outcome_of_exception, renew_in,
-                        renew_soon, renewed, result_outcome, schedule_renewal, settle_and_claim, stop_on_signals,
-                        worker_name)
+from ._protocol import (PROGRESS, STEP_GET, STEP_PUT, WAITER_JOIN_S, Pace, check_work_args,
+                        claim_args, claim_sql, lease_options, lease_pairs, lease_value, outcome_of_exception, renew_in,
+                        renew_soon, renewed, result_outcome, schedule_renewal, settle_and_claim, worker_name)
 from ._sql import _decode, _encode, _one, _rows
+from ._stopping import abandon, grace_left, stop_on_signals
 from . import _waiter
 from ._waits import (JOBS_OF, NOW, STEP_ROW, after_results, duration_ms, signal_steps, signal_wait, sleep_step,
                      sleep_until, wait_ids)

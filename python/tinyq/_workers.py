@@ -7,8 +7,9 @@ import threading
 from typing import Any, Dict, Optional
 
 from ._context import stop_grace
-from ._protocol import queue_specs, sooner
+from ._protocol import queue_specs
 from ._queue import Queue
+from ._stopping import sooner
 from ._worker import work_loop
 
 
