@@ -55,7 +55,7 @@ class AsyncRun(RunBase):
             self.cancelled = True
         return ok
 
-    # Workflows: as Run's (_worker.py), as coroutines.
+    # Workflows: as Run's (_run.py), as coroutines.
 
     async def wait_for(self, ids: Any) -> List[Any]:
         """The results of the jobs `ids`, in order, once every one is done (as Run.wait_for)."""
