@@ -1,5 +1,7 @@
-"""tinyq.Queue: one named queue in one SQLite file, its jobs, settings and schedules, and
-work() (the thread pool of _worker.py)."""
+"""tinyq.Queue: one named queue in one SQLite file, its jobs, settings, schedules, work().
+
+Its jobs, settings and schedules, and work() (the thread pool of _worker.py and
+_pool.py)."""
 from __future__ import annotations
 
 import json
