@@ -17,7 +17,7 @@ from helpers import ROOT, connect, get, one
 
 sys.path.insert(0, os.path.join(ROOT, "python"))
 import tinyq  # noqa: E402
-import tinyq._aio  # noqa: E402
+import tinyq._aio_thread  # noqa: E402
 from tinyq._group import Write, commit_group  # noqa: E402
 
 PY = "/usr/bin/python3"
@@ -107,12 +107,12 @@ def test_a_group_whose_transaction_fails_answers_every_caller_with_the_error(db_
 def recording_groups(monkeypatch):
     """The size of every group the asyncio helper commits (its writes), in order."""
     sizes = []
-    real = tinyq._aio.commit_group
+    real = tinyq._aio_thread.commit_group
 
     def commit_group(conn, writes):
         sizes.append(len(writes))
         return real(conn, writes)
-    monkeypatch.setattr(tinyq._aio, "commit_group", commit_group)
+    monkeypatch.setattr(tinyq._aio_thread, "commit_group", commit_group)
     return sizes
 
 
@@ -177,12 +177,12 @@ def test_asyncio_step_puts_commit_alone_at_most_200_a_commit(db_path, monkeypatc
     that end wait for nobody: the first commit holds 200 puts, and no commit holds a put
     beside any other write (a claim or settles would hold the puts' handlers)."""
     groups = []
-    real = tinyq._aio.commit_group
+    real = tinyq._aio_thread.commit_group
 
     def commit_group(conn, writes):
         groups.append([w.function or "other" for w in writes])
         return real(conn, writes)
-    monkeypatch.setattr(tinyq._aio, "commit_group", commit_group)
+    monkeypatch.setattr(tinyq._aio_thread, "commit_group", commit_group)
     n = 300
     conn = connect(db_path)
     ids = added(conn, "q", n)
@@ -210,7 +210,7 @@ def test_asyncio_other_writes_wait_behind_puts_four_turns_at_most():
     settle-and-claim and a renewal, and 150 more puts every turn after. Puts commit alone,
     200 at most; the other two wait 4 turns of puts, not for ever, and then commit alone;
     every write goes once, the puts in the order they were asked for."""
-    db = tinyq._aio._DbThread(lambda: None, "test")
+    db = tinyq._aio_thread._DbThread(lambda: None, "test")
     asked = []
 
     def put():

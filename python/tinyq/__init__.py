@@ -15,8 +15,9 @@ Pure Python over the standard sqlite3 module (apsw connections work too).
 
 For asyncio, `tinyq.AsyncQueue` has the same methods as coroutines (see _aio.py).
 `tinyq.Worker` (and `tinyq.AsyncWorker`) serves several queues in one work() call.
-The threads' loop is in _worker.py, what both workers share in _protocol.py; the command
-line (cli.py) and the dashboard (dashboard.py) read the store through views.py.
+The threads' loop is in _worker.py (a queue's pool in _pool.py), the asyncio one in _aio.py
+(a queue's in _aio_work.py), what both workers share in _protocol.py and _stopping.py; the
+command line (cli.py) and the dashboard (dashboard.py) read the store through views.py.
 """
 from ._aio import AsyncQueue, AsyncRun, AsyncWorker
 from ._connection import extension_path, load, open

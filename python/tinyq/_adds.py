@@ -1,5 +1,6 @@
-"""What Queue.add and Queue.add_many send to tq_add: the options, and many adds in one
-transaction and one statement."""
+"""What Queue.add and Queue.add_many send to tq_add: the options, and many adds at once.
+
+The options of one add, and many adds in one transaction and one statement."""
 import datetime
 import json
 from typing import Any, List, Optional, Sequence

@@ -1,5 +1,7 @@
-"""Connections with tinyq loaded: where the extension is, loading it into a sqlite3 or
-apsw connection, and the connection a worker wants (tinyq.open)."""
+"""Connections with tinyq loaded: finding the extension, loading it, and tinyq.open.
+
+Where the extension is, loading it into a sqlite3 or apsw connection, and the connection
+a worker wants (tinyq.open)."""
 from __future__ import annotations
 
 import os

@@ -1,4 +1,6 @@
-"""What the thread and asyncio workers share: the outcomes a handler raises, the run's
+"""What both workers share of a run: outcomes, a run's attributes, the job context.
+
+What the thread and asyncio workers share: the outcomes a handler raises, the run's
 attributes, the job context (a contextvar) and the logging filter that reads it."""
 from __future__ import annotations
 

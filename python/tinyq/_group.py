@@ -1,10 +1,12 @@
-"""Group commit: the writes that many handlers of one worker make at about the same time
-(step puts, progress, settles, the next claim, lease renewals) go to the store in one
-transaction, so that one synced commit (synchronous=FULL) carries them all. Each write runs
-in a savepoint of its own: one that fails is rolled back alone and its caller gets the
-error, while the others' writes commit. A caller learns its answer only once the
-transaction that holds its write has committed: a kept step is on disk before the handler
-goes on, as with one commit per write.
+"""Group commit: many handlers' writes in one transaction, each in a savepoint of its own.
+
+The writes that many handlers of one worker make at about the same time (step puts,
+progress, settles, the next claim, lease renewals) go to the store in one transaction, so
+that one synced commit (synchronous=FULL) carries them all. Each write runs in a savepoint
+of its own: one that fails is rolled back alone and its caller gets the error, while the
+others' writes commit. A caller learns its answer only once the transaction that holds its
+write has committed: a kept step is on disk before the handler goes on, as with one commit
+per write.
 
 Calls of one tinyq function that follow each other in a group (the step puts of many
 handlers, say) go to the store as one statement over a JSON array of their arguments: on

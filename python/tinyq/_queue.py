@@ -1,5 +1,7 @@
-"""tinyq.Queue: one named queue in one SQLite file, its jobs, settings and schedules, and
-work() (the thread pool of _worker.py)."""
+"""tinyq.Queue: one named queue in one SQLite file, its jobs, settings, schedules, work().
+
+Its jobs, settings and schedules, and work() (the thread pool of _worker.py and
+_pool.py)."""
 from __future__ import annotations
 
 import json
@@ -10,9 +12,9 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Unio
 from ._adds import add_many, add_options, after_list
 from ._connection import _open_like, owned_open
 from ._context import stop_grace
-from ._protocol import sooner
 from ._schedules import Schedules
 from ._sql import _decode, _encode, _one, _options, _rows
+from ._stopping import sooner
 from ._worker import Run, work_loop
 
 

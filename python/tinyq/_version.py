@@ -1,7 +1,9 @@
-"""The package's version, read from the repository's Cargo.toml: the one place it is
-written. Wheels and sdists carry a copy of this file with the version fixed in it
-(written by the build backend, _tinyq_build.py). A copy of the package taken out of the
-repository by hand, with neither, still imports, as version 0+unknown."""
+"""The package's version, read from the repository's Cargo.toml, else 0+unknown.
+
+Cargo.toml is the one place the version is written. Wheels and sdists carry a copy of this
+file with the version fixed in it (written by the build backend, _tinyq_build.py). A copy
+of the package taken out of the repository by hand, with neither, still imports, as
+version 0+unknown."""
 import os
 import re
 

@@ -1,7 +1,9 @@
-"""The one waiter of a process for a database file, however many queues and work() calls
-it serves: one thread with one connection sleeps in tq_wait_any for every queue whose pool
-is idle, and wakes only the pools whose queue may have a claimable job. Used by the threads
-(_worker.py) and asyncio (_aio.py) helpers (a waiter each, as they open connections their
+"""A process's one waiter per database file: one tq_wait_any thread for every idle pool.
+
+The one waiter of a process for a database file, however many queues and work() calls it
+serves: one thread with one connection sleeps in tq_wait_any for every queue whose pool is
+idle, and wakes only the pools whose queue may have a claimable job. Used by the threads
+(_worker.py, _pool.py) and asyncio (_aio.py) helpers (a waiter each, as they open connections their
 own way): each idle pool hands it a callback (`sleep`), called on the waiter's thread once,
 when a job of its queue may be claimable (the asyncio pools pass one that goes through the
 loop). `acquire` gives a work() call the process's waiter for its file, `release` lets go:

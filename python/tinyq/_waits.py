@@ -1,8 +1,9 @@
-"""Workflows in a handler, shared by the thread (Run) and asyncio (AsyncRun) runs:
-run.wait_for, run.wait_signal and run.sleep. Each one either returns at once (what it
-waited for is there) or ends the attempt with a 'wait' or 'snooze' outcome; the job runs
-again from the top later, and its kept steps bring it back to the same call, which then
-returns. The decisions are here; the runs only read the store (sync or async)."""
+"""Workflows in a handler: run.wait_for, run.wait_signal and run.sleep, for both runs.
+
+Shared by the thread (Run) and asyncio (AsyncRun) runs. Each one either returns at once
+(what it waited for is there) or ends the attempt with a 'wait' or 'snooze' outcome; the
+job runs again from the top later, and its kept steps bring it back to the same call,
+which then returns. The decisions are here; the runs only read the store (sync or async)."""
 from __future__ import annotations
 
 import datetime

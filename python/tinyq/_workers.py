@@ -1,14 +1,16 @@
-"""tinyq.Worker: one work() call for several queues of one file (the threads helper), each
-queue with its own handler, concurrency, lease, errors and prefetch, and one waiter, one
-stop and one set of signal handlers for all of them (_worker.py's work_loop)."""
+"""tinyq.Worker: one threads work() call for several queues of one file.
+
+Each queue with its own handler, concurrency, lease, errors and prefetch, and one waiter,
+one stop and one set of signal handlers for all of them (_worker.py's work_loop)."""
 from __future__ import annotations
 
 import threading
 from typing import Any, Dict, Optional
 
 from ._context import stop_grace
-from ._protocol import queue_specs, sooner
+from ._protocol import queue_specs
 from ._queue import Queue
+from ._stopping import sooner
 from ._worker import work_loop
 
 

@@ -1,6 +1,7 @@
-"""What an operator reads about a store, shared by the command line and the dashboard: the
-connection to an existing store (`connect`), one job's story (tq_get, tq_steps, and its
-timeline from tq_watch), pages of a queue's jobs (tq_jobs, continued by `after`, never
+"""What an operator reads about a store, shared by the command line and the dashboard.
+
+The connection to an existing store (`connect`), one job's story (tq_get, tq_steps, and
+its timeline from tq_watch), pages of a queue's jobs (tq_jobs, continued by `after`, never
 OFFSET), and the schedules (tq_schedules)."""
 import json
 import os
