@@ -9,10 +9,17 @@
 // Calls of one tinyq function that follow each other in a group go to the store as one
 // statement over a JSON array of their arguments (one statement instead of hundreds); if it
 // fails, it is rolled back and its calls run one by one, each in its savepoint.
+//
+// A busy store never holds the event loop: the worker's connection has a busy timeout of a few
+// ms (worker.js), and a group that meets a lock held elsewhere (another process, the app's
+// transaction in this process, a handler's transaction on its run.db) stays pending and is
+// tried again after a backoff, the event loop turning meanwhile. Its writes are never dropped
+// for a busy store, however long; the writes asked for meanwhile join it.
 const { adapterOf } = require('./drivers.js');
 const { exec, isBusy, one, rows, transaction } = require('./sql.js');
 
-const TRIES = 3; // a group that meets a busy store at BEGIN or COMMIT is tried three times
+const BACKOFF_MAX_MS = 50; // a busy group is tried again after 1, 2, 4 ... 50 ms
+const WARN_AFTER_MS = 5000; // ... and a warning says so once it has waited this long
 
 /** The writes of one connection, committed together once per turn of the event loop
  * (setImmediate: after the timers and I/O callbacks of this turn have asked for theirs). */
@@ -21,6 +28,9 @@ class GroupCommit {
     this.db = db;
     this.pending = [];
     this.scheduled = false;
+    this.retry = null; // the timer of a busy group's next try
+    this.tries = 0; // busy tries of the pending group
+    this.busySince = null; // when the store was first found busy (Date.now())
   }
 
   /** `fn(db)` in the next group: resolves with its value once the group has committed. */
@@ -59,16 +69,46 @@ class GroupCommit {
     });
   }
 
-  /** Commits every pending write now, and settles their promises. */
+  /** Commits every pending write now, and settles their promises; when the store is busy,
+   * they stay pending for the next try. */
   flush() {
     this.scheduled = false;
+    if (this.closed || this.retry !== null || this.pending.length === 0) return; // a busy group waits for its timer
     const group = this.pending.splice(0);
-    if (group.length === 0) return;
-    commitGroup(this.db, group);
+    if (!commitGroup(this.db, group)) {
+      this.pending.unshift(...group);
+      this._later();
+      return;
+    }
+    this.tries = 0;
+    this.busySince = null;
     for (const write of group) {
       if (write.error !== undefined) write.reject(write.error);
       else write.resolve(write.value);
     }
+  }
+
+  /** Before the connection closes: a write still pending fails (the worker has stopped). */
+  close() {
+    this.closed = true;
+    clearTimeout(this.retry);
+    for (const write of this.pending.splice(0)) write.reject(new Error('tinyq: the worker has stopped'));
+  }
+
+  _later() {
+    const now = Date.now();
+    if (this.busySince === null) this.busySince = now;
+    const waited = now - this.busySince;
+    if (waited >= WARN_AFTER_MS && this.busySince !== this.warnedFor) {
+      this.warnedFor = this.busySince; // once per busy spell
+      console.warn(`tinyq: the store has been locked by another connection for ${waited} ms: `
+        + `${this.pending.length} writes of the worker wait for it (none is dropped)`);
+    }
+    const backoff = Math.min(BACKOFF_MAX_MS, 2 ** Math.min(this.tries++, 6));
+    this.retry = setTimeout(() => {
+      this.retry = null;
+      this.flush();
+    }, backoff);
   }
 }
 
@@ -81,9 +121,11 @@ class TransactionEnded extends Error {
   }
 }
 
-/** Every write in a savepoint of one transaction; sets each write's value or error. When the
- * transaction itself fails (busy TRIES times, the commit, or a write's error that ended it),
- * every write gets that error: none of them was committed. */
+/** Every write in a savepoint of one transaction; sets each write's value or error, and
+ * returns true. When the store is busy, nothing is written (the driver's transaction() has
+ * rolled it back) and it returns false: the caller tries again later. When the
+ * transaction itself fails otherwise (the commit, or a write's error that ended it), every
+ * write gets that error: none of them was committed. */
 function commitGroup(db, group) {
   const body = transaction(db, () => {
     for (const run of runsOf(group)) {
@@ -91,20 +133,18 @@ function commitGroup(db, group) {
       else runInSavepoint(db, run[0]);
     }
   });
-  for (let attempt = 1; ; attempt++) {
-    for (const write of group) write.value = write.error = undefined;
-    try {
-      body();
-      return;
-    } catch (err) {
-      const ended = err instanceof TransactionEnded;
-      if (!ended && isBusy(err) && attempt < TRIES) continue;
-      for (const write of group) {
-        write.value = undefined;
-        write.error = ended ? err.cause : err;
-      }
-      return;
+  for (const write of group) write.value = write.error = undefined;
+  try {
+    body();
+    return true;
+  } catch (err) {
+    const ended = err instanceof TransactionEnded;
+    if (!ended && isBusy(err)) return false;
+    for (const write of group) {
+      write.value = undefined;
+      write.error = ended ? err.cause : err;
     }
+    return true;
   }
 }
 

@@ -205,7 +205,9 @@ export class Cancelled extends Outcome {
 
 /** What a handler gets besides its payload. */
 export class Run {
-  /** The worker's own connection (of the Queue's driver), for the handler's SQL. */
+  /** A connection of the handler's own (of the Queue's driver, opened on first use), for its
+   * SQL: a transaction on it holds this handler's writes only; one left open when the handler
+   * ends is rolled back and the attempt ends as an error. */
   readonly db: SqliteDatabase;
   readonly id: string;
   readonly attempt: number;

@@ -56,7 +56,7 @@ class Queue {
    * expires, on_conflict ('keep', 'replace', 'debounce'), max_wait, and after (ids of jobs it
    * waits for: blocked until they have finished) with after_failed ('fail', 'run', 'cancel'). */
   add(payload, opts) {
-    const o = options(opts);
+    const o = options(opts, 'add');
     const id = o === null
       ? one(this.db, 'SELECT tq_add(?, ?)', this.name, encode(payload))
       : one(this.db, 'SELECT tq_add(?, ?, ?)', this.name, encode(payload), o);
@@ -77,7 +77,7 @@ class Queue {
     // BEGIN IMMEDIATE, or a savepoint inside the caller's transaction (sql.js, transaction).
     this._addEach ||= transaction(this.db, (sql, o, json) => rows(this.db, sql, this.name, o, json)
       .map((row) => Object.values(row)[0]));
-    const added = this._addEach(ids === undefined ? ADD_EACH : ADD_EACH_WITH_ID, options(shared), JSON.stringify(items));
+    const added = this._addEach(ids === undefined ? ADD_EACH : ADD_EACH_WITH_ID, options(shared, 'addMany'), JSON.stringify(items));
     this._wake();
     return added;
   }
@@ -98,7 +98,7 @@ class Queue {
    * `payload` and runs again; a wait that begins later, within `keep` (default 7d), gets it
    * at once. Returns how many jobs it woke. A signal's name is the whole store's. */
   signal(name, payload = null, opts) {
-    const o = options(opts);
+    const o = options(opts, 'signal');
     const args = [name, encode(payload)].concat(o === null ? [] : [o]);
     const woken = one(this.db, `SELECT tq_signal(${args.map(() => '?').join(', ')})`, ...args);
     this._wake(); // a worker of this Queue claims the jobs it woke without waiting for its poll
@@ -122,7 +122,7 @@ class Queue {
 
   /** Read (no argument) or set the queue's settings; returns the effective settings. */
   settings(opts) {
-    const o = options(opts);
+    const o = options(opts, 'settings');
     const text = o === null
       ? one(this.db, 'SELECT tq_queue(?)', this.name)
       : one(this.db, 'SELECT tq_queue(?, ?)', this.name, o);
@@ -139,7 +139,7 @@ class Queue {
    * '<name>@<ISO-8601 UTC time>', added by the next claim on this queue.
    */
   schedule(name, when, payload, opts) {
-    const o = options(opts);
+    const o = options(opts, 'schedule');
     const args = [name, this.name, when, encode(payload)].concat(o === null ? [] : [o]);
     const text = one(this.db, `SELECT tq_schedule(${args.map(() => '?').join(', ')})`, ...args);
     this._wake(); // a worker of this Queue waits for the new due time
@@ -253,7 +253,7 @@ class Worker {
    * every job in flight has finished and settled; rejects with the first failure. */
   work() {
     if (this._working) throw new Error('this Worker is already working');
-    const { handleSignals, ...shared } = this.opts;
+    const { handleSignals, driver, ...shared } = this.opts; // the driver is the Worker's Database's
     let failure = null;
     const works = this.specs.map(({ handler, options }, i) => this.queues[i].work(handler, { ...shared, ...options })
       .catch((err) => {

@@ -1,7 +1,8 @@
 'use strict';
 // What a handler gets besides its payload (Run) and what it throws to end an attempt
 // (Outcome, Cancelled).
-const { decode, encode, one, rows } = require('./sql.js');
+const { adapterOf } = require('./drivers.js');
+const { decode, encode, isBusy, one, rows } = require('./sql.js');
 const waits = require('./waits.js');
 
 // -- a run: what a handler gets besides its payload ------------------------------------
@@ -31,9 +32,11 @@ const ENDED = {
 };
 
 class Run {
-  constructor(db, job, writes) {
-    this.db = db; // the worker's connection, for the handler's own SQL
-    this._writes = writes; // the worker's group commit (group.js)
+  constructor(db, job, writes, connections) {
+    this._db = db; // the worker's connection: tinyq's reads, and progress
+    this._writes = writes; // the worker's group commit (group.js), on that connection
+    this._connections = connections; // where run.db comes from (connections.js)
+    this._own = null; // run.db, once the handler asked for it
     this.id = job.id;
     this.attempt = job.attempt;
     this.group = job.group_key;
@@ -48,6 +51,27 @@ class Run {
     this._ended = null; // why this attempt is over for the worker (ENDED)
     this._toldEnded = false;
     this._steps = new Map(); // answers this attempt read or kept, as stored
+  }
+
+  /** A connection of this handler's own, for its SQL (opened on first use): a transaction it
+   * opens there holds its own writes only (its step puts and progress go in it while it is
+   * open); the worker's writes never do. */
+  get db() {
+    if (this._own === null) this._own = this._connections.acquire();
+    return this._own;
+  }
+
+  /** run.db, when the handler has a transaction open on it (else null). */
+  _inOwnTransaction() {
+    return this._own !== null && adapterOf(this._own).inTransaction(this._own) ? this._own : null;
+  }
+
+  /** The handler has ended: run.db goes back to the worker. True when a transaction was left
+   * open on it, now rolled back. */
+  _releaseDb() {
+    const own = this._own;
+    this._own = null;
+    return own !== null && this._connections.release(own);
   }
 
   /** The stored answer of the step `name` when it is known without asking the store, else
@@ -97,10 +121,13 @@ class Run {
       throw new Cancelled(`step "${name}" not kept: attempt ${this.attempt} of ${this.id} is over (${ENDED[this._ended]})`);
     }
     let kept = this._keptHere(name);
-    if (kept === undefined) kept = one(this.db, 'SELECT tq_step_get(?, ?)', this.id, name);
+    if (kept === undefined) kept = one(this._inOwnTransaction() || this._db, 'SELECT tq_step_get(?, ?)', this.id, name);
     if (kept === null) {
       const value = JSON.stringify((await fn()) ?? null);
-      kept = await this._writes.call('tq_step_put', this.id, this.attempt, name, value); // once committed
+      const own = this._inOwnTransaction(); // the handler's transaction: the put is in it
+      kept = own !== null
+        ? one(own, 'SELECT tq_step_put(?, ?, ?, ?)', this.id, this.attempt, name, value)
+        : await this._writes.call('tq_step_put', this.id, this.attempt, name, value); // once committed
       if (kept === null) {
         this._cancel();
         throw new Cancelled(`step "${name}" not kept: attempt ${this.attempt} of ${this.id} no longer holds the job`);
@@ -115,7 +142,17 @@ class Run {
    * it after the handler returned: a warning says so; cancelled stays as it was). */
   progress(value) {
     if (this._progressAfterEnd()) return false;
-    const ok = one(this.db, 'SELECT tq_progress(?, ?, ?)', this.id, this.attempt, encode(value)) === 1;
+    const args = [this.id, this.attempt, encode(value)];
+    let ok;
+    try {
+      ok = one(this._inOwnTransaction() || this._db, 'SELECT tq_progress(?, ?, ?)', ...args) === 1;
+    } catch (err) {
+      if (!isBusy(err)) throw err;
+      // the store is locked (the worker's connection waits a few ms at most): written with the
+      // worker's next group commit instead, and true meanwhile, as far as the attempt knows
+      this._writes.call('tq_progress', ...args).then((n) => n === 1 || this._cancel(), () => {});
+      return !this.cancelled;
+    }
     if (!ok) this._cancel();
     return ok;
   }
@@ -128,7 +165,7 @@ class Run {
    * good or was cancelled fails this job, its error naming it. */
   async waitFor(ids) {
     const list = waits.waitIds(ids);
-    const found = new Map(rows(this.db, waits.JOBS_OF, JSON.stringify(list)).map((r) => [r.id, r.job]));
+    const found = new Map(rows(this._db, waits.JOBS_OF, JSON.stringify(list)).map((r) => [r.id, r.job]));
     const { outcome, results } = waits.afterResults(list, found);
     if (outcome) throw new Outcome(...outcome);
     return results;
@@ -138,9 +175,9 @@ class Run {
    * (blocked), at most `timeout` (a duration; omitted: for ever), then null. */
   async waitSignal(name, timeout) {
     const [payloadStep, untilStep] = waits.signalSteps(name);
-    const [kept] = rows(this.db, waits.STEP_ROW, this.id, payloadStep);
+    const [kept] = rows(this._db, waits.STEP_ROW, this.id, payloadStep);
     if (kept) return decode(kept.value);
-    const now = one(this.db, waits.NOW);
+    const now = one(this._db, waits.NOW);
     const until = await this.step(untilStep, () => (timeout == null ? null : now + waits.durationMs(timeout, 'waitSignal')));
     const outcome = waits.signalWait(name, until, now);
     if (outcome) throw new Outcome(...outcome);
@@ -150,7 +187,7 @@ class Run {
   /** A durable sleep: resolves once `duration` has passed since the first attempt that
    * reached it (its wake time is the step `sleep:<name>`); until then the job snoozes. */
   async sleep(name, duration) {
-    const now = one(this.db, waits.NOW);
+    const now = one(this._db, waits.NOW);
     const until = await this.step(waits.sleepStep(name), () => now + waits.durationMs(duration, 'sleep'));
     if (now < until) throw new Outcome('snooze', until - now);
   }

@@ -4,6 +4,7 @@
 // Database, transactions.
 const fs = require('fs');
 const path = require('path');
+const util = require('util');
 const { adapterOf, openWith } = require('./drivers.js');
 
 // -- loading ---------------------------------------------------------------------------
@@ -113,11 +114,24 @@ function decode(value) {
   }
 }
 
-/** A JSON options object of the keys that are set (Dates as ms), or null when none is. */
-function options(object) {
+/** A JSON options object of the keys that are set (Dates as ms), or null when none is. An
+ * invalid Date or a number that is not finite (NaN, Infinity: JSON would make them null,
+ * "absent") is an error naming `what` (the method), the option and the value. */
+function options(object, what = 'options') {
+  if (object === undefined || object === null) return null;
+  if (typeof object !== 'object' || Array.isArray(object)) {
+    throw new TypeError(`${what}: options must be an object, not ${util.inspect(object)}`);
+  }
   const out = {};
-  for (const [key, value] of Object.entries(object || {})) {
-    if (value !== undefined && value !== null) out[key] = value instanceof Date ? value.getTime() : value;
+  for (const [key, value] of Object.entries(object)) {
+    if (value === undefined || value === null) continue;
+    if (value instanceof Date && Number.isNaN(value.getTime())) {
+      throw new TypeError(`${what}: option ${key} is an invalid Date`);
+    }
+    if (typeof value === 'number' && !Number.isFinite(value)) {
+      throw new TypeError(`${what}: option ${key} must be a finite number, not ${value}`);
+    }
+    out[key] = value instanceof Date ? value.getTime() : value;
   }
   return Object.keys(out).length ? JSON.stringify(out) : null;
 }

@@ -5,8 +5,9 @@
 const os = require('os');
 const util = require('util');
 const { AsyncLocalStorage } = require('async_hooks');
-const { close, decode, encode, errorText, fileOf, isBusy, one, open, options, rows, transaction } = require('./sql.js');
+const { close, decode, encode, errorText, exec, fileOf, isBusy, one, open, options, rows } = require('./sql.js');
 const { adapterOf } = require('./drivers.js');
+const { Connections } = require('./connections.js');
 const { GroupCommit } = require('./group.js');
 const { Outcome, Run } = require('./run.js');
 const wakeups = require('./wakeups.js');
@@ -33,6 +34,11 @@ const FLUSH_MS = 20; // a settle waits at most this long for the next claim
 // claims the rest: the commit runs on the main thread, so the first jobs of a thousand
 // start after a short commit, and handlers go on between the parts.
 const CLAIM_PART = 250;
+// The worker's connection waits this long at most for a lock held elsewhere, synchronously;
+// then its group commit lets the event loop turn and tries again (group.js). The lock may be
+// held by this very thread (the app's transaction, a handler's on its run.db): waiting for it
+// in SQLite's busy handler would wait for nothing but the timeout, the event loop frozen.
+const BUSY_MS = 5;
 
 const PREDICT_MS = 1000; // 'auto' predicts handlers' ends while they average under 1 s
 const LEAD_MIN_MS = 80; // ... and claims their next jobs this long before at least: before the
@@ -101,27 +107,40 @@ function wholeNumber(option, value, least, other) {
   throw new Error(`${option} must be ${also}a whole number >= ${least}, not ${util.inspect(value)}`);
 }
 
+const WORK_OPTIONS = ['concurrency', 'worker', 'lease', 'poll', 'handleSignals', 'errors', 'prefetch'];
+
 async function workLoop(queue, handler, opts) {
+  if (typeof handler !== 'function') throw new TypeError(`work: the handler must be a function, not ${util.inspect(handler)}`);
+  if (opts === null || typeof opts !== 'object') throw new TypeError(`work: options must be an object, not ${util.inspect(opts)}`);
+  const unknown = Object.keys(opts).find((key) => !WORK_OPTIONS.includes(key));
+  if (unknown !== undefined) throw new Error(`work: unknown option '${unknown}' (one of ${WORK_OPTIONS.join(', ')})`);
   const concurrency = wholeNumber('concurrency', opts.concurrency ?? 1, 1);
   const errors = opts.errors ?? 'message';
   if (errors !== 'message' && errors !== 'class') throw new Error(`errors must be 'message' or 'class', not ${errors}`);
   const pace = new Pace(opts.prefetch ?? 'auto', concurrency);
+  if (opts.worker !== undefined && (typeof opts.worker !== 'string' || opts.worker === '')) {
+    throw new TypeError(`worker must be a non-empty string, not ${util.inspect(opts.worker)}`);
+  }
   const worker = opts.worker || `${os.hostname()}:${process.pid}`;
-  const poll = opts.poll ?? 1000;
-  const claimOpts = options({ lease: opts.lease });
+  const poll = wholeNumber('poll', opts.poll ?? 1000, 1); // ms; 0 would spin
+  const claimOpts = options({ lease: opts.lease }, 'work');
 
   const file = queue.path || fileOf(queue.db);
   if (!file) {
     throw new Error('Queue.work needs a database file (not :memory:)');
   }
   const driver = adapterOf(queue.db).name; // the worker's connections use the Queue's driver
-  const db = open(file, { driver }); // the worker's own connection: never inside the caller's transaction
+  // The worker's own connection: never inside the caller's transaction nor a handler's (they
+  // get their own: run.db, connections.js), so every transaction on it is the worker's.
+  const db = open(file, { driver });
+  exec(db, `PRAGMA busy_timeout = ${BUSY_MS}`);
+  const connections = new Connections(file, driver);
   const claimSql = claimStatement(db, claimOpts);
-  const writes = new GroupCommit(db); // the step puts, settles and claims of one turn: one commit
+  const writes = new GroupCommit(db); // the step puts, settles, claims and renewals of one turn: one commit
   const waiter = wakeups.acquire(file, driver, poll);
   const inflight = new Set();
   const running = new Set(); // the runs whose handler is running (for stop()'s grace)
-  const heartbeat = startHeartbeat(db, opts.lease ?? null);
+  const heartbeat = startHeartbeat(writes, opts.lease ?? null);
   let handled = 0;
   let wake = null; // ends the current nap: a handler finished, stop(), or the waiter
   queue._wake = () => wake && wake();
@@ -177,7 +196,7 @@ async function workLoop(queue, handler, opts) {
       }
       const started = performance.now();
       const runs = (await settleAndClaim(writes, finished.splice(0), want > 0 ? claimSql : null, claimArgs(want)))
-        .map((job) => new Run(db, job, writes));
+        .map((job) => new Run(db, job, writes, connections));
       pace.committed(performance.now() - started);
       if (want > 0) drained = runs.length < want;
       if (wanted > want && !drained) await new Promise((resolve) => setImmediate(resolve)); // the next part after a turn
@@ -214,6 +233,8 @@ async function workLoop(queue, handler, opts) {
     } finally { // a last settle that fails still stops the heartbeat and the waiter
       clearInterval(keepAlive);
       heartbeat.close();
+      connections.close();
+      writes.close();
       close(db);
       await waiter.release();
     }
@@ -240,20 +261,13 @@ function predicted(running, covered, pace) {
 
 /** The settles of every handler that ended since the last turn, and the claim of the free
  * places (claimSql null: none), as one write of the next group commit (with the step puts of
- * this turn). Busy every time: the settles are dropped (their leases run out and the jobs
- * run again) and the claim returns nothing. */
+ * this turn). A busy store delays it (group.js), never drops it. */
 async function settleAndClaim(writes, batch, claimSql, args) {
   if (batch.length === 0 && claimSql === null) return [];
-  try {
-    return await writes.writeNow((db) => {
-      for (const [run, outcome, value] of batch) settleIn(db, run, outcome, value);
-      return claimSql === null ? [] : rows(db, claimSql, ...args);
-    });
-  } catch (err) {
-    if (!isBusy(err)) throw err;
-    console.error(`tinyq: settling ${batch.length} jobs / claiming failed: ${err.message}`);
-    return [];
-  }
+  return writes.writeNow((db) => {
+    for (const [run, outcome, value] of batch) settleIn(db, run, outcome, value);
+    return claimSql === null ? [] : rows(db, claimSql, ...args);
+  });
 }
 
 /** The queue whose handler is running (in a handler's async context): stop() called there
@@ -276,7 +290,21 @@ async function runOne(queue, run, handler, errors, finished, heartbeat, pace) {
     run._end('finished');
     pace.took(performance.now() - started);
   }
+  if (run._releaseDb()) [outcome, value] = leftOpen(run, outcome, value);
   if (outcome && !run.cancelled) finished.push([run, outcome, value, Date.now()]); // settled with the next claim
+}
+
+const LEFT_OPEN = 'tinyq: the handler ended with a transaction open on run.db: rolled back';
+
+/** The outcome of an attempt whose handler ended with a transaction open on its run.db, now
+ * rolled back (logged): what it returned is not kept, so a done job becomes an error (it runs
+ * again while attempts remain), an error says so too; retry, snooze and fail stand. */
+function leftOpen(run, outcome, value) {
+  console.warn(`tinyq: job ${run.id} (attempt ${run.attempt}): the handler ended with a transaction open on run.db: `
+    + 'rolled back (commit or roll back before the handler returns)');
+  if (outcome === 'done') return ['error', `Error: ${LEFT_OPEN}`];
+  if (outcome === 'error') return ['error', `${value}; ${LEFT_OPEN}`];
+  return [outcome, value];
 }
 
 /** Ms left of stop({ timeout })'s grace (null: none was given). */
@@ -304,13 +332,15 @@ function abandon(runs) {
 const RENEW_ALL = "SELECT tq_renew(json_extract(value, '$[0]'), json_extract(value, '$[1]'), ?) AS lease FROM json_each(?)";
 
 /** The worker's heartbeat: when the earliest running job is at half its lease, every running
- * job is renewed, in one statement of one transaction. A NULL marks the run cancelled. */
-function startHeartbeat(db, lease) {
+ * job is renewed, in one statement, a write of the group commit (which waits out a busy store
+ * without dropping it). A NULL marks the run cancelled. */
+function startHeartbeat(writes, lease) {
   const due = new Map(); // run -> time of its next renewal (ms)
   const every = (run) => Math.max(run.leaseUntil - Date.now(), 100) / 2;
   let timer = null;
   let timerAt = Infinity; // when the timer fires
-  const renew = transaction(db, (pairs) => rows(db, RENEW_ALL, lease, pairs).map((r) => r.lease));
+  let renewing = false; // a renewal waits for its commit: the next one after it
+  const renew = (pairs) => writes.write((db) => rows(db, RENEW_ALL, lease, pairs).map((r) => r.lease));
   const schedule = () => {
     clearTimeout(timer);
     timer = null;
@@ -322,9 +352,10 @@ function startHeartbeat(db, lease) {
     timer = setTimeout(beat, Math.max(earliest - Date.now(), 1));
   };
   const beat = () => {
+    if (renewing) return; // schedule() again once it has committed
     const runs = [...due.keys()];
-    try {
-      const leases = renew(JSON.stringify(runs.map((run) => [run.id, run.attempt])));
+    renewing = true;
+    renew(JSON.stringify(runs.map((run) => [run.id, run.attempt]))).then((leases) => {
       runs.forEach((run, i) => {
         if (leases[i] === null) {
           run._cancel(); // cancelled, timed out, or taken by a later attempt: stop renewing
@@ -334,12 +365,14 @@ function startHeartbeat(db, lease) {
           if (due.has(run)) due.set(run, Date.now() + every(run));
         }
       });
-    } catch (err) {
+    }, (err) => {
       console.warn(`tinyq: renewing ${runs.length} leases failed: ${err.message}`);
-      const soon = Date.now() + 250; // busy, most likely: try again soon
+      const soon = Date.now() + 250;
       for (const run of runs) if (due.has(run)) due.set(run, soon);
-    }
-    schedule();
+    }).finally(() => {
+      renewing = false;
+      schedule();
+    });
   };
   return {
     add(run) {

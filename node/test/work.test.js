@@ -135,13 +135,14 @@ test('a first attempt keeps its steps without reading them first; the next attem
   let attempt = 0;
   await workUntilSettled(q, ['a'], async (payload, run) => {
     attempt = run.attempt;
-    if (!run.db.traced) { // statements are prepared once per connection, on their first use
+    const db = run._db; // the worker's connection (run.db is the handler's own): tinyq reads steps there
+    if (!db.traced) { // statements are prepared once per connection, on their first use
       for (const method of ['prepare', 'query']) { // bun:sqlite's adapter prepares with query()
-        if (typeof run.db[method] !== 'function') continue;
-        const prepare = run.db[method].bind(run.db);
-        run.db[method] = (sql) => { asked.push([attempt, sql]); return prepare(sql); };
+        if (typeof db[method] !== 'function') continue;
+        const prepare = db[method].bind(db);
+        db[method] = (sql) => { asked.push([attempt, sql]); return prepare(sql); };
       }
-      run.db.traced = true;
+      db.traced = true;
     }
     const first = await run.step('answer', async () => `from attempt ${run.attempt}`);
     answers[run.attempt] = [first, await run.step('answer', () => 'called again')];
