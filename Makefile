@@ -88,7 +88,8 @@ demo: $(EXT)
 # is covered: the Rust unit tests, the whole Python suite on Debian's SQLite (files spread over
 # three pytest processes, each file whole in one), the files whose behaviour depends on the
 # SQLite version again on a current one, and the Node helper's tests. The longest tests run
-# in their quick form (TINYQ_FULL unset): a 20 s soak, 10 s of fuzzing, stores of 100,000
+# in their quick form (TINYQ_FULL unset): a 20 s soak, 10 s of fuzzing, 300 connections in the
+# memory footprint, stores of 20,000 and 100,000
 # jobs where test-all builds 1,000,000.
 # `make test-all`: everything make test leaves out, with the long forms (TINYQ_FULL=1): the
 # long tests, the whole suite again on a current SQLite, the Node helper on node:sqlite and
@@ -107,8 +108,8 @@ test-python: deps $(EXT) node/node_modules
 	TINYQ_SOAK_SECONDS=$${TINYQ_SOAK_SECONDS:-20} $(PY) -m pytest -q $(PYTEST_PAR) --durations=15 tests
 
 # The long forms alone (TINYQ_FULL=1): the minute-long soak, the fuzz's full budget, the
-# stores of 1,000,000 jobs.
-LONG_TESTS = test_soak test_fuzz test_cost test_pages
+# stores of 1,000,000 jobs, 1,000 connections in the memory footprint.
+LONG_TESTS = test_soak test_fuzz test_cost test_pages test_memory
 test-python-long: deps $(EXT) node/node_modules
 	TINYQ_FULL=1 $(PY) -m pytest -q $(PYTEST_PAR) $(foreach t,$(LONG_TESTS),tests/$(t).py)
 

@@ -39,7 +39,8 @@ DEFS=(
   -DHAVE_ISNAN -DHAVE_USLEEP=1 -DHAVE_FDATASYNC=1 -DHAVE_LOCALTIME_R=1 -DHAVE_GMTIME_R=1
   -DHAVE_STRCHRNUL=1 -DHAVE_MALLOC_USABLE_SIZE=1 -D_REENTRANT=1
 )
-CFLAGS=(-O2 -g -fno-strict-aliasing)
+# SQLITE_CFLAGS: the compiler flags (sqlite_old.sh builds without optimizing: only its refusal is tested)
+read -ra CFLAGS <<< "${SQLITE_CFLAGS:--O2 -g -fno-strict-aliasing}"
 STAMP="$VERSION ${CFLAGS[*]} ${DEFS[*]}"
 
 build() {

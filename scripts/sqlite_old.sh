@@ -14,4 +14,5 @@ SQLITE_TARBALL="sqlite-autoconf-3340000.tar.gz" \
 SQLITE_SHA256="bf6db7fae37d51754737747aaaf413b4d6b3b5fbacd52bdb2d0d6e5b2edd9aee" \
 SQLITE_CURRENT_DIR="${SQLITE_OLD_DIR:-$ROOT/target/sqlite-old}" \
 SQLITE_SHELL_ONLY=1 \
+SQLITE_CFLAGS="-O0 -fno-strict-aliasing" \
 exec bash "$ROOT/scripts/sqlite_current.sh" "$@"
