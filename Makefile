@@ -5,7 +5,7 @@ CARGO ?= cargo
 EXT := dist/tinyq.so
 
 .PHONY: all loadable rust build-deps deps release demo test test-all test-rust test-python test-python-current \
-	test-python-current-all test-node test-node-drivers test-drivers test-cluster soak bench bench-quick screenshots clean \
+	test-python-current-all test-packaging test-node test-node-drivers test-drivers test-cluster soak bench bench-quick screenshots clean \
 	install uninstall wheel npm-pack test-npm-package
 
 all: loadable
@@ -98,14 +98,21 @@ PYTEST_JOBS ?= 3
 PYTEST_PAR = $(if $(filter 1,$(PYTEST_JOBS)),,-n $(PYTEST_JOBS) --dist loadfile)
 test: deps $(EXT) test-rust test-python test-python-current test-node
 
-test-all: test-python-long test-python-current-all test-node-drivers test-drivers test-cluster
+test-all: test-python-long test-packaging test-python-current-all test-node-drivers test-drivers test-cluster
 
 test-rust: deps
 	$(CARGO) test --release --lib
 
 # (node/node_modules: the soak, tests/test_soak.py, runs Node producers and workers too)
+PACKAGING = test_rust_crate test_install test_release
 test-python: deps $(EXT) node/node_modules
-	TINYQ_SOAK_SECONDS=$${TINYQ_SOAK_SECONDS:-20} $(PY) -m pytest -q $(PYTEST_PAR) --durations=15 tests
+	TINYQ_SOAK_SECONDS=$${TINYQ_SOAK_SECONDS:-20} $(PY) -m pytest -q $(PYTEST_PAR) --durations=15 tests \
+	  $(foreach t,$(PACKAGING),--ignore=tests/$(t).py)
+
+# The release smoke (test-all): the crate linked into a Rust program, pip and make install,
+# and dist/release/ when make release has filled it.
+test-packaging: deps $(EXT) node/node_modules
+	$(PY) -m pytest -q $(PYTEST_PAR) $(foreach t,$(PACKAGING),tests/$(t).py)
 
 # The long forms alone (TINYQ_FULL=1): the minute-long soak, the fuzz's full budget, the
 # stores of 1,000,000 jobs, 1,000 connections in the memory footprint.
