@@ -48,6 +48,8 @@ Classifier: License :: OSI Approved :: MIT License
 Classifier: Operating System :: POSIX :: Linux
 Classifier: Topic :: Database
 Requires-Python: >=3.9
+Provides-Extra: pysqlite3
+Requires-Dist: pysqlite3-binary; extra == "pysqlite3"
 """ % VERSION
 
 ENTRY_POINTS = """\

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # make release: everything a release publishes, in dist/release/, built and tried here:
 #   tinyq-VERSION-linux-x86_64.tar.gz, tinyq-VERSION-linux-aarch64.tar.gz  tinyq.so, README, LICENSE
+#     in a folder tinyq-VERSION-linux-ARCH/
 #   sqlite_tinyq-VERSION-py3-none-manylinux_2_17_ARCH.manylinux2014_ARCH.whl  (both ARCHes)
 #   tinyq-VERSION.tgz (npm: both builds, picked at run time by process.arch), tinyq-VERSION.crate
 #   SHA256SUMS
@@ -178,12 +179,15 @@ scenario() {
     "by $(PATH="$bin$PATH" command -v sqlite3)"
 }
 
+# The files go in a folder of their own, tinyq-VERSION-linux-ARCH/: unpacked beside a
+# project, a loose tinyq.so in the current folder would be what Python's `import tinyq`
+# finds first (and fails: "dynamic module does not define module export function").
 tarball() {
-  local arch=$1 dir
-  dir="$(stage "$arch")"
-  cp README.md LICENSE "$dir/"
-  tar --sort=name --owner=0 --group=0 --numeric-owner --mtime="@$EPOCH" -C "$dir" -cf - tinyq.so README.md LICENSE |
-    gzip -9n > "$OUT/tinyq-$VERSION-linux-$arch.tar.gz"
+  local arch=$1 name="tinyq-$VERSION-linux-$1" pack="$work/pack"
+  rm -rf "${pack:?}/$name" && mkdir -p "$pack/$name"
+  cp "$(stage "$arch")/tinyq.so" README.md LICENSE "$pack/$name/"
+  tar --sort=name --owner=0 --group=0 --numeric-owner --mtime="@$EPOCH" -C "$pack" -cf - "$name" |
+    gzip -9n > "$OUT/$name.tar.gz"
 }
 
 wheel() {

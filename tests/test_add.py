@@ -7,7 +7,7 @@ import sqlite3
 
 import pytest
 
-from helpers import (DAY, GENERATED_ID, MIN, SEC, T0, add, claim, claim_one, connect, get, ids, one, pin,
+from helpers import (EXT, DAY, GENERATED_ID, MIN, SEC, T0, add, claim, claim_one, connect, get, ids, one, pin,
                      snapshot)
 
 
@@ -243,3 +243,27 @@ def test_JOB_02_trigger_add_commits_or_rolls_back_with_the_row(db, db_path, stor
         assert ids(claim(other, "ship", "w", 10)) == ["ship:2", "ship:3"]
     finally:
         other.close()
+
+
+def test_JOB_02_a_writer_without_tinyq_cannot_insert_into_a_table_with_a_tq_add_trigger(db, db_path):
+    """docs/reference.md, "Enqueue from a trigger": a connection without tinyq loaded (a
+    migration tool, the plain shell) fails the INSERT and writes nothing, so no row is ever
+    committed without its job; UPDATE, DELETE and ALTER TABLE are left alone (the trigger
+    fires on INSERT only); once it loads tinyq the INSERT adds the job."""
+    db.executescript(ORDERS_SCHEMA)
+    plain = sqlite3.connect(db_path, isolation_level=None)
+    try:
+        with pytest.raises(sqlite3.OperationalError, match="no such function: tq_add"):
+            plain.execute("INSERT INTO orders VALUES (1, 'book')")
+        assert one(plain, "SELECT count(*) FROM orders") == 0
+        db.execute("INSERT INTO orders VALUES (2, 'lamp')")
+        plain.execute("UPDATE orders SET item = 'lamps' WHERE id = 2")
+        plain.execute("ALTER TABLE orders ADD COLUMN note TEXT")
+        plain.execute("DELETE FROM orders WHERE id = 2")
+        plain.enable_load_extension(True)
+        plain.load_extension(EXT)
+        plain.execute("INSERT INTO orders (id, item) VALUES (3, 'pen')")
+    finally:
+        plain.close()
+    assert get(db, "ship:1") is None
+    assert get(db, "ship:3")["state"] == "waiting"

@@ -3,6 +3,7 @@
 import json
 import os
 import queue as queues
+import re
 import signal
 import sqlite3
 import subprocess
@@ -250,6 +251,26 @@ def test_schedules_lists_each_schedule(store, db):
     rows = [json.loads(line) for line in tinyq("schedules", store, "--json").stdout.splitlines()]
     assert [(r["name"], r["when"], r["paused"]) for r in rows] == [("cleanup", "@daily", 1), ("digest", "0 8 * * *", 0)]
     assert rows[1]["next_at"] > 0
+
+
+def test_watch_aligns_its_columns(store, db):
+    """Queues, ids and states of different lengths: each column starts at the same place on
+    every line (the seq right-aligned), the detail last."""
+    one(db, "SELECT tq_add('notifications', '{}', '{\"id\": \"a-much-longer-id:1\"}')")
+    proc = popen("watch", store, "-n", "7", "--interval", "0.05")
+    try:
+        lines = [proc.stdout.readline().rstrip("\n") for _ in range(7)]
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=10)
+    assert proc.returncode == 0, proc.stderr.read()
+    # cells: runs of words separated by single spaces (oneline() collapses a detail's spaces)
+    cells = [[m.span() for m in re.finditer(r"\S+(?: \S+)*", line)] for line in lines]
+    assert {len(c) for c in cells} <= {6, 7}, lines     # when, seq, queue, id, state, attempt [, detail]
+    assert len({c[1][1] for c in cells}) == 1, lines    # seq: right-aligned
+    for column in (2, 3, 4, 5):                         # queue, id, state, attempt: left-aligned
+        assert len({c[column][0] for c in cells}) == 1, (column, lines)
+    assert lines[-1].split()[3:6] == ["notifications", "a-much-longer-id:1", "waiting"]
 
 
 def test_watch_json(store):

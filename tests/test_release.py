@@ -76,9 +76,10 @@ def test_release_tarballs_need_glibc_2_17_at_most(tmp_path):
     names = [os.path.basename(f) for f in release_files("tinyq-*-linux-*.tar.gz")]
     assert names == ["tinyq-%s-linux-aarch64.tar.gz" % version, "tinyq-%s-linux-x86_64.tar.gz" % version]
     for name in names:
+        folder = name[:-len(".tar.gz")]    # a folder of its own: no loose tinyq.so where unpacked
         with tarfile.open(os.path.join(RELEASE, name)) as tar:
-            assert sorted(tar.getnames()) == ["LICENSE", "README.md", "tinyq.so"]
-            needed = glibc_versions(tar.extractfile("tinyq.so").read(), tmp_path)
+            assert sorted(tar.getnames()) == [folder] + [folder + "/" + f for f in ("LICENSE", "README.md", "tinyq.so")]
+            needed = glibc_versions(tar.extractfile(folder + "/tinyq.so").read(), tmp_path)
         assert needed and tuple(map(int, needed[-1].split("."))) <= (2, 17), (name, needed)
 
 
@@ -90,14 +91,14 @@ def test_release_wheels_carry_their_own_build(tmp_path):
         with zipfile.ZipFile(wheel) as zf:
             so = zf.read("tinyq/tinyq.so")
             with tarfile.open(os.path.join(RELEASE, "tinyq-%s-linux-%s.tar.gz" % (version, arch))) as tar:
-                assert so == tar.extractfile("tinyq.so").read()
+                assert so == tar.extractfile("tinyq-%s-linux-%s/tinyq.so" % (version, arch)).read()
             metadata = zf.read("sqlite_tinyq-%s.dist-info/METADATA" % version).decode()
             assert "\nName: sqlite-tinyq\n" in metadata and "\nVersion: %s\n" % version in metadata
             tags = zf.read("sqlite_tinyq-%s.dist-info/WHEEL" % version).decode()
             assert "Tag: py3-none-manylinux2014_%s\n" % arch in tags
     x86 = os.path.join(RELEASE, "tinyq-%s-linux-x86_64.tar.gz" % version)
     with tarfile.open(x86) as tar:
-        (tmp_path / "tinyq.so").write_bytes(tar.extractfile("tinyq.so").read())
+        (tmp_path / "tinyq.so").write_bytes(tar.extractfile("tinyq-%s-linux-x86_64/tinyq.so" % version).read())
     assert tq_version(str(tmp_path / "tinyq")) == version
 
 

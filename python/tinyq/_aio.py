@@ -34,8 +34,9 @@ from typing import Any, Awaitable, Callable, Dict, Iterable, List, Optional, Seq
 
 from ._aio_run import AsyncRun
 from ._aio_thread import _DbThread
-from ._aio_work import _AsyncWork, _uncancellable
+from ._aio_work import _AsyncWork, _uncancellable, check_async
 from ._connection import open as open_conn
+from ._drain import Tally, Watcher, counting_async
 from ._context import stop_grace
 from ._protocol import WAITER_JOIN_S, queue_specs, worker_name
 from ._queue import Queue
@@ -135,6 +136,26 @@ class AsyncQueue:
         options = dict(concurrency=concurrency, lease=lease, errors=errors, prefetch=prefetch)
         queues = {self.name: (handler, options)}
         return (await work_calls(self, queues, self.path, self._connect, worker, poll))[self.name]
+
+    async def drain(self, handler: Callable[[Any, AsyncRun], Awaitable[Any]], concurrency: int = 1,
+                    worker: Optional[str] = None, poll: float = 1.0, lease: Any = None,
+                    errors: str = "message", prefetch: Any = "auto") -> Dict[str, int]:
+        """work(), until no job of this queue is running and none is due now; then return
+        {"done": n, "failed": n, "retried": n}, as Queue.drain does (the same rules: what
+        becomes due while jobs run is run; a job scheduled later is not waited for once
+        nothing else runs)."""
+        check_async(handler)
+        if self._work is not None:   # else the watcher would stop the other work()
+            raise RuntimeError("this AsyncQueue is already working")
+        tally = Tally()
+        watcher = Watcher(self._connect, self.name, self.stop)
+        watcher.start()
+        try:
+            await self.work(counting_async(handler, tally), concurrency=concurrency, worker=worker,
+                            poll=poll, lease=lease, errors=errors, prefetch=prefetch)
+        finally:
+            await asyncio.get_running_loop().run_in_executor(None, watcher.close)
+        return await self._db.call(tally.summary)
 
     def stop(self, timeout: Optional[float] = None) -> None:
         """Ask work() to claim nothing more and return once the work in flight is done.

@@ -7,7 +7,7 @@ import sys
 import time
 
 from . import views
-from ._cli_format import as_json, duration, oneline, say, table, when
+from ._cli_format import Columns, as_json, duration, oneline, say, table, when
 from .views import Failure, one, rows
 
 
@@ -160,17 +160,20 @@ def cmd_watch(conn, args):
     cols = "seq, id, queue, state, attempt, at, detail"
     sql = "SELECT %s FROM tq_watch(?, ?)" % cols if args.queue else \
         "SELECT %s FROM tq_watch(?)" % cols
+    columns = Columns(right=(1,))   # seq; the rest left, the detail last, unpadded
     try:
         while True:
-            for event in conn.execute(sql, (since, args.queue) if args.queue else (since,)):
-                seq, id, queue, state, attempt, at, detail = event
-                if args.json:
+            events = conn.execute(sql, (since, args.queue) if args.queue else (since,)).fetchall()
+            if args.json:
+                for event in events:
                     print(json.dumps(dict(zip(cols.split(", "), event))), flush=True)
-                else:
-                    say(("%s  %6d  %s  %s  %-9s  attempt %d  %s" % (
-                        when(at, with_ms=True), seq, queue, id, state, attempt,
-                        oneline(detail))).rstrip(), flush=True)
-                since = seq
+            else:
+                for line in columns.lines([when(at, with_ms=True), seq, queue, id, state, "attempt %d" % attempt,
+                                           oneline(detail)]
+                                          for seq, id, queue, state, attempt, at, detail in events):
+                    print(line, flush=True)
+            if events:
+                since = events[-1][0]
             time.sleep(args.interval)
     except KeyboardInterrupt:
         return 0

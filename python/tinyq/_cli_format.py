@@ -63,6 +63,26 @@ def table(header, body):
         say("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip())
 
 
+class Columns:
+    """Lines of a stream (tinyq watch) in aligned columns: a column is as wide as its widest
+    cell so far, so every batch lines up, and a later wider cell widens it from then on.
+    `right`: the columns aligned right (numbers); the last column is never padded."""
+
+    def __init__(self, right=()):
+        self.right = set(right)
+        self.widths = []
+
+    def lines(self, body):
+        cells = [[printable(v) for v in row] for row in body]
+        for row in cells:
+            self.widths += [0] * (len(row) - len(self.widths))
+            for i, cell in enumerate(row[:-1]):
+                self.widths[i] = max(self.widths[i], len(cell))
+        return ["  ".join(c.rjust(w) if i in self.right else c.ljust(w)
+                          for i, (c, w) in enumerate(zip(row, self.widths))).rstrip()
+                for row in cells]
+
+
 def as_json(cols, body):
     for row in body:
         print(json.dumps(dict(zip(cols, row))))

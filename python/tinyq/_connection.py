@@ -35,14 +35,37 @@ def _is_apsw(conn):
     return type(conn).__module__.split(".")[0] == "apsw"
 
 
+NO_LOADING = (
+    "this Python's sqlite3 module cannot load extensions (it was built without them, as "
+    "pyenv's and some other Pythons are): pip install \"sqlite-tinyq[pysqlite3]\" (it adds "
+    "pysqlite3-binary, a sqlite3 module that can) and open connections with tinyq.open or "
+    "tinyq.Queue(path), which then use it; or use a Python whose sqlite3 can (Debian's "
+    "/usr/bin/python3, the python.org builds), or apsw")
+
+
+def _loads_extensions(module: Any) -> bool:
+    return hasattr(module.Connection, "enable_load_extension")
+
+
+def driver() -> Any:
+    """The sqlite3 module tinyq.open uses: the standard library's when it can load
+    extensions, else pysqlite3's (the extra `sqlite-tinyq[pysqlite3]`) when installed."""
+    if _loads_extensions(sqlite3):
+        return sqlite3
+    try:
+        from pysqlite3 import dbapi2  # type: ignore[import-not-found]
+    except ImportError:
+        return sqlite3
+    return dbapi2
+
+
 def load(conn: Any) -> Any:
-    """Load the tinyq extension into a sqlite3 (or apsw) connection; returns the connection."""
+    """Load the tinyq extension into a sqlite3 (or apsw, or pysqlite3) connection; returns
+    the connection."""
     enable = getattr(conn, "enable_load_extension", None) or getattr(conn, "enableloadextension", None)
     load_ext = getattr(conn, "load_extension", None) or getattr(conn, "loadextension", None)
     if enable is None or load_ext is None:
-        raise RuntimeError("this Python's sqlite3 module cannot load extensions (it was built "
-                           "without them): use a Python whose sqlite3 can, such as Debian's "
-                           "/usr/bin/python3, or apsw")
+        raise RuntimeError(NO_LOADING)
     enable(True)
     try:
         load_ext(extension_path())
@@ -54,8 +77,9 @@ def load(conn: Any) -> Any:
 def open(path: Union[str, "os.PathLike[str]"], busy_timeout: float = 5.0,  # noqa: A001 (mirrors sqlite3.connect / builtins.open)
          check_same_thread: bool = True) -> sqlite3.Connection:
     """A sqlite3 connection the way a worker wants one: tinyq loaded, WAL,
-    synchronous=FULL, a busy timeout, and autocommit (isolation_level=None)."""
-    conn = sqlite3.connect(path, isolation_level=None, timeout=busy_timeout,
+    synchronous=FULL, a busy timeout, and autocommit (isolation_level=None). In a Python
+    whose sqlite3 cannot load extensions, a pysqlite3 connection when it is installed."""
+    conn = driver().connect(path, isolation_level=None, timeout=busy_timeout,
                            check_same_thread=check_same_thread)
     try:
         load(conn)

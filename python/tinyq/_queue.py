@@ -12,6 +12,7 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Unio
 from ._adds import add_many, add_options, after_list
 from ._connection import _open_like, owned_open
 from ._context import stop_grace
+from ._drain import Tally, Watcher, counting
 from ._schedules import Schedules
 from ._sql import _decode, _encode, _one, _options, _rows
 from ._stopping import sooner
@@ -167,6 +168,34 @@ class Queue(Schedules):
                              worker=worker, poll=poll)[self.name]
         finally:
             self._working.release()
+
+    def drain(self, handler: Callable[[Any, Run], Any], concurrency: int = 1,
+              worker: Optional[str] = None, poll: float = 1.0, lease: Any = None,
+              errors: str = "message", prefetch: Union[int, str] = "auto") -> Dict[str, int]:
+        """work(), until no job of this queue is running and none is due now; then return
+        {"done": n, "failed": n, "retried": n}, how the attempts this call ran ended (an
+        error or run.retry is "retried" while the job had tries left, else "failed").
+
+        For scripts, cron runs and tests: it runs the jobs that are due, and those that
+        become due while it runs: jobs the handlers add, dependents a finished job
+        unblocks, retries and scheduled jobs whose time comes while other jobs still run.
+        It does not wait for a job scheduled later (a retry's backoff, `delay`, `at`) once
+        nothing else runs: that job stays scheduled for the next work() or drain() (a test
+        makes it due by adding it with the adding connection's clock pinned back, or with
+        the queue's backoff set to 0). A paused queue's waiting jobs are not waited for.
+        The same options as work(); stop() and signals end it early, as they end work()."""
+        path = self.path or self._database_path()
+        if self._working.locked():   # else the watcher would stop the other work()
+            raise RuntimeError("this Queue is already working")
+        tally = Tally()
+        watcher = Watcher(self._connector(path), self.name, self.stop)
+        watcher.start()
+        try:
+            self.work(counting(handler, tally), concurrency=concurrency, worker=worker, poll=poll,
+                      lease=lease, errors=errors, prefetch=prefetch)
+        finally:
+            watcher.close()
+        return tally.summary(self.conn)
 
     def stop(self, timeout: Optional[float] = None) -> None:
         """Ask work() to claim nothing more and return once the work in flight is done.

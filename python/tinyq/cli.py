@@ -31,13 +31,12 @@ _cli_format.py's.
 """
 import argparse
 import os
-import sqlite3
 import sys
 
 from ._cli_commands import (cmd_cancel, cmd_check, cmd_dashboard, cmd_get, cmd_jobs, cmd_retry, cmd_schedules,
                             cmd_signal, cmd_stats, cmd_sweep, cmd_watch, set_paused)
 from ._cli_format import oneline, printable, say
-from .views import SQLITE_READONLY, STATES, Failure, code, connect, refused
+from .views import SQLITE_READONLY, STATES, Failure, code, connect, refused, sqlite3
 
 
 # -- arguments ----------------------------------------------------------------------------

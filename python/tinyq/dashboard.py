@@ -28,12 +28,11 @@ import contextlib
 import http.server
 import json
 import os
-import sqlite3
 import threading
 import urllib.parse
 
 from . import views
-from .views import connect, one
+from .views import connect, one, sqlite3
 
 WINDOW_MS = 10 * 60 * 1000      # the chart shows the last 10 minutes,
 BUCKET_MS = 10 * 1000           # in bars of 10 seconds

@@ -5,10 +5,9 @@ its timeline from tq_watch), pages of a queue's jobs (tq_jobs, continued by `aft
 OFFSET), and the schedules (tq_schedules)."""
 import json
 import os
-import sqlite3
 import urllib.parse
 
-from ._connection import load
+from ._connection import driver, load
 
 # The states of a job, in the order the lists show them.
 STATES = ("waiting", "scheduled", "blocked", "running", "done", "failed")
@@ -23,6 +22,11 @@ class Failure(Exception):
     def __init__(self, message, status=2):
         super().__init__(message)
         self.status = status
+
+
+# The sqlite3 module of the connections: the standard library's, or pysqlite3 in a
+# Python whose sqlite3 cannot load extensions (_connection.driver).
+sqlite3 = driver()
 
 
 def connect(path, check_same_thread=True, store=True):
