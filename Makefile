@@ -104,13 +104,14 @@ test-rust: deps
 	$(CARGO) test --release --lib
 
 # (node/node_modules: the soak, tests/test_soak.py, runs Node producers and workers too)
-PACKAGING = test_rust_crate test_install test_release
+PACKAGING = test_rust_crate test_install test_release test_pysqlite3
 test-python: deps $(EXT) node/node_modules
 	TINYQ_SOAK_SECONDS=$${TINYQ_SOAK_SECONDS:-20} $(PY) -m pytest -q $(PYTEST_PAR) --durations=15 tests \
 	  $(foreach t,$(PACKAGING),--ignore=tests/$(t).py)
 
 # The release smoke (test-all): the crate linked into a Rust program, pip and make install,
-# and dist/release/ when make release has filled it.
+# dist/release/ when make release has filled it, and the pysqlite3 extra under a pyenv Python
+# (pip fetches pysqlite3-binary).
 test-packaging: deps $(EXT) node/node_modules
 	$(PY) -m pytest -q $(PYTEST_PAR) $(foreach t,$(PACKAGING),tests/$(t).py)
 

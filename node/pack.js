@@ -15,6 +15,18 @@ function cargoVersion() {
   return pkg.match(/^version = "([^"]+)"/m)[1];
 }
 
+// The README links the repository's docs (../docs/X.md): the package carries them as docs/,
+// and its README links them there, so every link works inside node_modules/tinyq too.
+function packDocs(stage) {
+  const docs = path.join(__dirname, '..', 'docs');
+  fs.mkdirSync(path.join(stage, 'docs'));
+  for (const name of fs.readdirSync(docs).filter((f) => f.endsWith('.md'))) {
+    fs.copyFileSync(path.join(docs, name), path.join(stage, 'docs', name));
+  }
+  const readme = path.join(stage, 'README.md');
+  fs.writeFileSync(readme, fs.readFileSync(readme, 'utf8').replaceAll('../docs/', 'docs/'));
+}
+
 function main([dest, ...builds]) {
   if (!dest || builds.length === 0 || builds.some((b) => !/^[a-z0-9]+-[a-z0-9]+=./.test(b))) {
     throw new Error('usage: node pack.js DEST PLATFORM-ARCH=TINYQ_SO...');
@@ -25,12 +37,14 @@ function main([dest, ...builds]) {
     for (const name of manifest.files.filter((f) => f !== 'prebuilds')) {
       fs.copyFileSync(path.join(__dirname, name), path.join(stage, name));
     }
+    packDocs(stage);
     for (const build of builds) {
       const [target, so] = build.split(/=(.*)/s);
       fs.mkdirSync(path.join(stage, 'prebuilds', target), { recursive: true });
       fs.copyFileSync(so, path.join(stage, 'prebuilds', target, 'tinyq.so'));
     }
     delete manifest.scripts.prepack;
+    manifest.files.push('docs');
     manifest.version = cargoVersion();
     fs.writeFileSync(path.join(stage, 'package.json'), JSON.stringify(manifest, null, 2) + '\n');
     const out = execFileSync('npm', ['pack', '--silent', '--pack-destination', path.resolve(dest)],

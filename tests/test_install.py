@@ -5,9 +5,12 @@ better-sqlite3, 1-3 minutes). Everything runs from folders outside the repositor
 import glob
 import json
 import os
+import posixpath
+import re
 import shutil
 import subprocess
 import sys
+import tarfile
 import textwrap
 import zipfile
 
@@ -172,3 +175,19 @@ def test_npm_package_in_a_fresh_project(tmp_path):
     (project / "example.js").write_text(script)
     out = run(["node", "example.js"], cwd=project, env=clean_env()).stdout.split()
     assert out[1] == "waiting", out
+
+
+def test_the_npm_package_readme_links_work_inside_the_package(tmp_path):
+    """node/README.md links the repository's docs; the package carries them, so every relative
+    link of its README resolves inside the tarball (npm shows it; node_modules has no ../docs)."""
+    target = "linux-x64" if os.uname().machine == "x86_64" else "linux-arm64"
+    run(["node", os.path.join(ROOT, "node", "pack.js"), str(tmp_path), "%s=%s" % (target, SO)])
+    [tarball] = glob.glob(str(tmp_path / "tinyq-*.tgz"))
+    with tarfile.open(tarball) as tf:
+        names = set(tf.getnames())
+        readme = tf.extractfile("package/README.md").read().decode()
+    links = re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", readme)
+    relative = [link for link in links if "://" not in link and not link.startswith("mailto:")]
+    assert relative, "the README links the docs"
+    missing = [link for link in relative if posixpath.normpath("package/" + link) not in names]
+    assert not missing, missing
