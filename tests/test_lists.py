@@ -3,6 +3,7 @@
 Figures (ahead at 100k, tq_jobs filter vs scan) are printed: run with `-s` to see them.
 """
 import json
+import sqlite3
 import statistics
 import time
 
@@ -201,3 +202,14 @@ def test_stats_per_queue(db):
     assert other["waiting"] == 0 and other["running"] == 1
     assert other["oldest_waiting_ms"] in (None, 0)
     assert stats(db, "nope") == [] or stats(db, "nope")[0]["waiting"] == 0
+
+
+def test_tq_jobs_with_a_queue_in_parentheses_says_where_the_queue_goes(db):
+    """`tq_jobs('emails')` binds the first hidden column (`after`), not the queue: the error
+    says so and gives the query that lists a queue's jobs, instead of naming only `after`."""
+    add(db, "emails", id="e1")
+    with pytest.raises(sqlite3.OperationalError) as e:
+        db.execute("SELECT * FROM tq_jobs('emails')").fetchall()
+    assert "tq_jobs: after: no job 'emails'" in str(e.value)
+    assert "SELECT * FROM tq_jobs WHERE queue = 'emails'" in str(e.value)
+    assert [r[0] for r in db.execute("SELECT * FROM tq_jobs WHERE queue = 'emails'")] == ["e1"]
