@@ -131,7 +131,8 @@ def test_DASH_01_without_or_with_a_wrong_credential_nothing_is_read_or_changed(s
     # Wrong sign-ins get no cookie.
     for form in ("user=ada&password=wrong+password", "user=&password=" + TOKEN[:-1], "user=ada&password=",
                  "user=ADA&password=correct+horse+battery", ""):
-        status, answer, page = call(signed, "POST", "/login", form, {"Content-Type": "application/x-www-form-urlencoded"})
+        status, answer, page = call(signed, "POST", "/login", form,
+                                    {"Content-Type": "application/x-www-form-urlencoded"})
         assert status == 401 and answer["Set-Cookie"] is None and b"Wrong user, password or token." in page
     # Signed in, an action still needs the session's own CSRF token; basic auth reads but never acts.
     cookie, csrf = sign_in(signed, USER, PASSWORD)
@@ -142,7 +143,8 @@ def test_DASH_01_without_or_with_a_wrong_credential_nothing_is_read_or_changed(s
         assert post(signed, path, value, Cookie=cookie, **{"X-CSRF-Token": other})[0] == 403
         assert post(signed, path, value, **{"X-CSRF-Token": csrf}, **basic(USER, PASSWORD))[0] == 401
         # ... and from another site's page, none of it: the Host and Origin guard comes first
-        assert post(signed, path, value, Cookie=cookie, Origin="http://evil.example", **{"X-CSRF-Token": csrf})[0] == 403
+        assert post(signed, path, value, Cookie=cookie, Origin="http://evil.example",
+                    **{"X-CSRF-Token": csrf})[0] == 403
     assert call(signed, "POST", "/login", "user=ada&password=" + PASSWORD.replace(" ", "+"),
                 {"Content-Type": "application/x-www-form-urlencoded", "Origin": "http://evil.example"})[0] == 403
     assert store(db) == before
