@@ -24,7 +24,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from helpers import EXT, ROOT, claim, get, one
 
 PY = "/usr/bin/python3"
-ENV = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python"), TINYQ_EXT=EXT)
+ENV = dict({k: v for k, v in os.environ.items() if not k.startswith("TINYQ_DASHBOARD_")},
+           PYTHONPATH=os.path.join(ROOT, "python"), TINYQ_EXT=EXT)     # no sign-in unless a test asks
 CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
 
 
@@ -90,11 +91,11 @@ def dashboard(db, db_path):
     yield from dashboard_process(db_path)
 
 
-def dashboard_process(db_path):
-    """A `tinyq dashboard` process on the store: yields its base URL; then Ctrl-C, and it
-    must exit cleanly, with nothing on stderr."""
-    proc = subprocess.Popen([PY, "-m", "tinyq", "dashboard", db_path, "--port", "0"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV,
+def dashboard_process(db_path, *args, env=ENV):
+    """A `tinyq dashboard` process on the store (with `args`): yields its base URL; then
+    Ctrl-C, and it must exit cleanly, with nothing on stderr."""
+    proc = subprocess.Popen([PY, "-m", "tinyq", "dashboard", db_path, "--port", "0", *args],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     line = proc.stdout.readline()
     assert "http://127.0.0.1:" in line, proc.stderr.read()

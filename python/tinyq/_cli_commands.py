@@ -3,6 +3,7 @@
 Each takes the connection and the parsed arguments, prints its answer (_cli_format.py) and
 raises views.Failure for what it refuses; cli.py parses the arguments and calls it."""
 import json
+import os
 import sys
 import time
 
@@ -243,6 +244,15 @@ def cmd_check(conn, args):
 
 
 def cmd_dashboard(conn, args):
+    from ._dashboard_auth import load
     from .dashboard import serve
     conn.close()
-    return serve(args.db, host=args.host, port=args.port)
+    try:
+        credentials = load(os.environ, args.credentials_file)
+    except (OSError, ValueError) as err:
+        raise Failure("dashboard: --credentials-file: %s; nothing was started" % err)
+    try:
+        return serve(args.db, host=args.host, port=args.port, credentials=credentials,
+                     read_only=args.read_only, names=args.server_name)
+    except ValueError as err:       # no sign-in where one is needed, a credential too short
+        raise Failure("dashboard: %s; nothing was started" % err)

@@ -11,7 +11,10 @@
     tinyq pause DB QUEUE / resume DB QUEUE     stops / restarts claiming from a queue
     tinyq sweep DB [--limit N]                 removes rows past their retention windows
     tinyq check DB [--recount] [--json]        is the store as tinyq keeps it? (tq_check)
-    tinyq dashboard DB [--port N] [--host H]   a web page on http://127.0.0.1:8321/
+    tinyq dashboard DB [--port N] [--host H] [--credentials-file F] [--server-name NAME] [--read-only]
+                                               a web page on http://127.0.0.1:8321/; anywhere but
+                                               loopback only with a sign-in (TINYQ_DASHBOARD_TOKEN,
+                                               TINYQ_DASHBOARD_PASSWORD=user:password or the file)
 
 Exit status: 0 done; 1 the job exists but the action does not apply to it (retrying a job
 that has not failed) or SQLite failed (busy...); 2 bad usage (an argument tinyq refuses, such
@@ -124,7 +127,14 @@ def parser():
     c.add_argument("--json", action="store_true", help="one JSON object per problem")
     c = command("dashboard", cmd_dashboard, "serve a live dashboard on 127.0.0.1")
     c.add_argument("--port", type=int, default=8321, help="default 8321; 0 picks a free one")
-    c.add_argument("--host", default="127.0.0.1", help="default 127.0.0.1 (this machine only)")
+    c.add_argument("--host", default="127.0.0.1", help="default 127.0.0.1 (this machine only); any other "
+                   "only with a sign-in: TINYQ_DASHBOARD_TOKEN (a token), TINYQ_DASHBOARD_PASSWORD "
+                   "(user:password) or --credentials-file")
+    c.add_argument("--credentials-file", metavar="FILE", help="sign-in credentials, one a line: a token "
+                   "or user:password (never on the command line, where ps shows them)")
+    c.add_argument("--server-name", metavar="NAME", action="append", default=[],
+                   help="another Host it answers to (the machine's name or a proxy's), NAME or NAME:PORT")
+    c.add_argument("--read-only", action="store_true", help="every page, no action (they answer 403)")
     return p
 
 

@@ -17,9 +17,13 @@ through tinyq's own functions (tq_cancel, tq_retry, tq_queue).
     POST /api/limits  {"queue": Q, "settings": {...}}  -> {"settings": ...}  (limits only)
     POST /api/schedule {"name": N, "paused": bool}     -> {"schedule": ...}
 
+    GET  /login, POST /login, POST /logout    sign-in form, sign-in, sign-out (_dashboard_auth.py)
+
 Every request must name this server as its Host, and a browser's must come from its own
 page (Origin); POSTs take JSON only (an object of at most 1 MB). It listens on 127.0.0.1
-unless told otherwise. Errors are {"error": message}: 400 for a bad request (an argument
+unless told otherwise; anywhere else only with a sign-in, and then every request must be
+signed in (401) and every action carry its session's CSRF token (403). Read-only: no
+action (403). Errors are {"error": message}: 400 for a bad request (an argument
 tinyq refuses, such as an empty or too long id), 404 for no such job, queue or schedule,
 413 for a body too large, 503 when the store is busy (try again), 500 for any other SQLite
 error. A client that leaves a request unfinished for 10 s is disconnected.
@@ -31,7 +35,9 @@ import os
 import threading
 import urllib.parse
 
+from . import _dashboard_auth as auth
 from . import views
+from ._dashboard_metrics import metrics_text
 from .views import connect, one, sqlite3
 
 WINDOW_MS = 10 * 60 * 1000      # the chart shows the last 10 minutes,
@@ -240,47 +246,10 @@ def field(body, name, kind):
     return value
 
 
-def metrics_text(conn, stats, starts, failures, schedules, now):
-    """The Prometheus text exposition (version 0.0.4) of a store."""
-    out = []
-
-    def family(name, kind, help, samples):
-        out.append("# HELP %s %s" % (name, help))
-        out.append("# TYPE %s %s" % (name, kind))
-        for labels, value in samples:
-            text = ",".join('%s="%s"' % (k, escape(v)) for k, v in labels)
-            out.append("%s{%s} %s" % (name, text, value))
-
-    family("tinyq_jobs", "gauge", "Jobs by queue and state.",
-           [((("queue", q["queue"]), ("state", s)), q[s]) for q in stats for s in views.STATES if s in q])
-    family("tinyq_running_leases", "gauge", "Running jobs whose lease has not run out.",
-           [((("queue", q["queue"]),), q["leases"]) for q in stats])
-    family("tinyq_oldest_waiting_seconds", "gauge", "How long the longest-waiting due job has been due.",
-           [((("queue", q["queue"]),), (q["oldest_waiting_ms"] or 0) / 1000) for q in stats])
-    family("tinyq_queue_paused", "gauge", "1 when the queue is paused.",
-           [((("queue", q["queue"]),), q["paused"]) for q in stats])
-    names = sorted({q["queue"] for q in stats} | set(starts) | set(failures))
-    family("tinyq_starts_total", "counter", "Attempts started (claims), seen by this dashboard since it started.",
-           [((("queue", n),), starts.get(n, 0)) for n in names])
-    family("tinyq_failures_total", "counter", "Jobs failed for good, seen by this dashboard since it started.",
-           [((("queue", n),), failures.get(n, 0)) for n in names])
-    if schedules is not None:
-        family("tinyq_schedule_lag_seconds", "gauge",
-               "How far past its next time a schedule is (0 while it is not due; paused: 0).",
-               [((("queue", s["queue"]), ("schedule", s["name"])),
-                 max(0, now - s["next_at"]) / 1000 if s["next_at"] is not None and not s["paused"] else 0)
-                for s in schedules])
-    return "\n".join(out) + "\n"
-
-
 def sql_status(err):
     """503 when the store is busy (the page tries again); 400 for an argument tinyq refuses
     ("tq_get: id must not be empty"); else 500."""
     return 503 if views.busy(err) else 400 if views.refused(err) else 500
-
-
-def escape(value):
-    return str(value).replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
 
 
 POSTS = {"/api/cancel": Store.cancel, "/api/retry": Store.retry, "/api/pause": Store.pause,
@@ -296,8 +265,12 @@ class Handler(http.server.BaseHTTPRequestHandler):
             return
         url = urllib.parse.urlsplit(self.path)
         path, store = url.path, self.server.store
+        if path == "/login":
+            return self._send(200, auth.sign_in_page(), "text/html; charset=utf-8")
+        if not auth.admit_get(self, path):
+            return
         if path == "/" or path.startswith("/job/"):
-            self._send(200, PAGE, "text/html; charset=utf-8")
+            self._send(200, auth.page(self, PAGE), "text/html; charset=utf-8")
         elif path == "/api/state":
             self._answer(store.state)
         elif path == "/api/jobs":
@@ -314,9 +287,13 @@ class Handler(http.server.BaseHTTPRequestHandler):
     def do_POST(self):
         if not self._allowed():
             return
+        if self.path in ("/login", "/logout"):
+            return (auth.sign_in if self.path == "/login" else auth.sign_out)(self)
         action = POSTS.get(self.path)
         if action is None:
             return self._send_json(404, {"error": "not found"})
+        if not auth.admit_post(self):
+            return
         if self.headers.get_content_type() != "application/json":
             return self._send_json(415, {"error": "send JSON"})
         self._answer(lambda: action(self.server.store, self._body()))
@@ -344,7 +321,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
         a browser says where they come from, coming from its own page. A cross-site page
         can send JSON here only after a CORS preflight, which this server never grants."""
         host, origin = self.headers.get("Host", ""), self.headers.get("Origin")
-        if host in self.server.hosts and origin in (None, "http://" + host):
+        if host in self.server.hosts and origin in (None, "http://" + host, "https://" + host):
             return True
         self._send_json(403, {"error": "forbidden"})
         return False
@@ -361,14 +338,19 @@ class Handler(http.server.BaseHTTPRequestHandler):
         else:
             self._send_json(200, value)
 
-    def _send_json(self, status, value):
-        self._send(status, json.dumps(value).encode(), "application/json")
+    def _send_json(self, status, value, headers=()):
+        self._send(status, json.dumps(value).encode(), "application/json", headers)
 
-    def _send(self, status, body, content_type):
+    def _send(self, status, body, content_type, headers=()):
         self.send_response(status)
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(body)))
         self.send_header("Cache-Control", "no-store")
+        # never inside another site's frame, where a click could be made to act
+        self.send_header("Content-Security-Policy", "frame-ancestors 'none'")
+        self.send_header("X-Frame-Options", "DENY")
+        for name, value in headers:
+            self.send_header(name, value)
         self.end_headers()
         self.wfile.write(body)
 
@@ -376,14 +358,22 @@ class Handler(http.server.BaseHTTPRequestHandler):
         pass
 
 
-def serve(path, host="127.0.0.1", port=8321):
-    """Serve the dashboard of the store in `path` until Ctrl-C."""
+def serve(path, host="127.0.0.1", port=8321, credentials=(), read_only=False, names=()):
+    """Serve the dashboard of the store in `path` until Ctrl-C. `credentials` (tokens,
+    user:password) are required anywhere but on loopback; `names` are the other Host
+    names it answers to (a proxy's, the machine's)."""
+    access = auth.Access(credentials, read_only)      # ValueError: a credential too short
+    if not (access.required or auth.loopback(host)):
+        raise ValueError("--host %s is reachable from other machines: give it a sign-in (%s=token, %s=user:password "
+                         "or --credentials-file FILE)" % (host, auth.TOKEN_ENV, auth.PASSWORD_ENV))
     store = Store(path)
     server = http.server.ThreadingHTTPServer((host, port), Handler)
     server.daemon_threads = True
-    server.store = store
+    server.store, server.access = store, access
     port = server.server_address[1]
-    server.hosts = {"%s:%d" % (h, port) for h in ("127.0.0.1", "localhost", "[::1]", host)}
+    access.cookie = "tinyq_session_%d" % port       # cookies ignore ports: one per dashboard
+    server.hosts = {"%s:%d" % (h, port) for h in ("127.0.0.1", "localhost", "[::1]", host, *names)}
+    server.hosts |= set(names)
     print("tinyq dashboard for %s: http://%s:%d/ (Ctrl-C stops)" % (path, host, port),
           flush=True)
     try:
