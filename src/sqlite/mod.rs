@@ -21,6 +21,7 @@ mod inotify;
 mod load;
 mod memory;
 mod stmt;
+mod table_fn;
 mod vtab;
 
 // What the queue's modules use.
@@ -34,8 +35,9 @@ pub use load::sqlite3_tinyq_init;
 pub use load::{auto_extension, register};
 pub use memory::with_memory_db;
 pub use stmt::{Bind, Stmt};
+pub use table_fn::{Rows, Statements, TableFn};
 pub use value::{Out, Val};
-pub use vtab::{register as register_table, Rows, Statements, TableFn};
+pub use vtab::register as register_table;
 
 // What the glue's own modules share.
 use error::{guard, prefixed, SQLITE_ERROR, SQLITE_OK};
