@@ -330,37 +330,51 @@ impl Conn {
     pub fn transaction<T>(&self, f: impl FnOnce() -> Result<T>) -> Result<T> {
         if self.write_in_progress() {
             // Inside a writing statement: its transaction is ours, and an error rolls it back.
+            // (A BEGIN here could not COMMIT while that statement runs: HOST-01.)
             return f();
         }
         if self.autocommit() {
             self.exec("BEGIN IMMEDIATE", &[])?;
-            match f() {
-                Ok(v) => match self.exec("COMMIT", &[]) {
-                    Ok(_) => Ok(v),
-                    Err(e) => {
-                        let _ = self.exec("ROLLBACK", &[]);
-                        Err(e)
-                    }
-                },
-                Err(e) => {
-                    let _ = self.exec("ROLLBACK", &[]);
-                    Err(e)
-                }
-            }
-        } else {
-            self.exec("SAVEPOINT tinyq", &[])?;
-            match f() {
-                Ok(v) => {
-                    self.exec("RELEASE tinyq", &[])?;
-                    Ok(v)
-                }
-                Err(e) => {
-                    let _ = self.exec("ROLLBACK TO tinyq", &[]);
-                    let _ = self.exec("RELEASE tinyq", &[]);
-                    Err(e)
-                }
-            }
+            let r = f();
+            return self.end_own(r);
         }
+        self.exec("SAVEPOINT tinyq", &[])?;
+        let r = f().and_then(|v| self.exec("RELEASE tinyq", &[]).map(|_| v));
+        if r.is_err() {
+            // Undone and gone, even when the RELEASE was what failed: the caller's
+            // transaction goes on as it was before the call.
+            let _ = self.exec("ROLLBACK TO tinyq", &[]);
+            let _ = self.exec("RELEASE tinyq", &[]);
+        }
+        r
+    }
+
+    /// Runs `f` on one snapshot of the store: in a read transaction of its own in
+    /// autocommit, else in the transaction already there (the caller's, or a writing
+    /// statement's, which holds the write lock: nothing changes under it either).
+    pub fn read_snapshot<T>(&self, f: impl FnOnce() -> Result<T>) -> Result<T> {
+        if !self.autocommit() || self.write_in_progress() {
+            return f();
+        }
+        self.exec("BEGIN", &[])?;
+        let r = f();
+        self.end_own(r)
+    }
+
+    /// Ends the transaction tinyq began in autocommit: COMMIT after `r` succeeded, else
+    /// ROLLBACK. A COMMIT that fails is rolled back and its error returned: tinyq never
+    /// leaves a transaction open that its caller did not begin, nor drops a COMMIT's error
+    /// (HOST-01).
+    fn end_own<T>(&self, r: Result<T>) -> Result<T> {
+        let r = r.and_then(|v| self.exec("COMMIT", &[]).map(|_| v));
+        if r.is_err() && !self.autocommit() {
+            let _ = self.exec("ROLLBACK", &[]);
+        }
+        if !self.autocommit() {
+            let why = r.err().map_or_else(String::new, |e| format!(": {}", e.msg));
+            return Err(Error::bad(format!("could not end the transaction it began{why}")));
+        }
+        r
     }
 }
 
