@@ -277,6 +277,12 @@ impl Conn {
         out
     }
 
+    /// Is the `main` database read-only (`mode=ro`, `immutable=1`, a read-only file)?
+    pub fn read_only(&self) -> bool {
+        // SAFETY: the name is a NUL-terminated literal; -1 (no such database) is not read-only.
+        unsafe { sql!(db_readonly(self.db, c"main".as_ptr())) == 1 }
+    }
+
     pub fn autocommit(&self) -> bool {
         unsafe { sql!(get_autocommit(self.db)) != 0 }
     }
