@@ -133,6 +133,11 @@ fn no_args(args: &[Val]) -> Result<()> {
 
 /// tq_clock([ms]): pins this connection's clock (REP-01); NULL unpins. Returns the pin.
 fn tq_clock(conn: &Conn, args: &[Val]) -> Result<Out> {
+    if !args.is_empty() && conn.read_only() {
+        // A pool of read-only connections (Datasette's) would show a clock pinned on one of
+        // them to some requests and not to others (HOST-01).
+        bail!("cannot pin the clock of a read-only connection: pin it on the connection that writes");
+    }
     match args {
         [] => {}
         [Val::Null] => conn.clock.set(None),

@@ -1,5 +1,6 @@
 """tq_wait while idle: it sleeps until another process writes the store (Linux: inotify on
-the database and its -wal), instead of waking every few milliseconds to look.
+the database and its -wal), instead of waking every few milliseconds to look; it wakes only
+every 40 ms, to let SQLite see an interrupt or the progress handler (HOST-01).
 
 The work is counted, not timed: the waiting thread's voluntary context switches (each
 sleep-and-wake is one, /proc/thread-self/status) must not grow with the wait; and an add
@@ -34,7 +35,9 @@ def switches():
 
 
 @pytest.mark.parametrize("journal", JOURNALS)
-def test_idle_wait_wakes_a_few_times_however_long_it_waits(db_path, journal):
+def test_idle_wait_wakes_only_for_its_pulse(db_path, journal):
+    """An idle waiter wakes every 40 ms to run the statement that lets SQLite see an
+    interrupt or the progress handler (HOST-01), and not between: about 50 wake-ups in 2 s."""
     conn = store(db_path, journal)
     time.sleep(0.15)                 # past the settling that follows a fresh write
     counts = {}
@@ -44,8 +47,8 @@ def test_idle_wait_wakes_a_few_times_however_long_it_waits(db_path, journal):
         counts[timeout] = switches() - before
     conn.close()
     # Polling every 1-3 ms made about 120 and 700 here.
-    assert counts["2s"] <= 10, counts
-    assert counts["2s"] <= counts["200ms"] + 5, counts
+    assert counts["2s"] <= 100, counts
+    assert counts["200ms"] <= 25, counts
 
 
 WAITER = """

@@ -57,11 +57,17 @@ pub fn tq_check(conn: &Conn, args: &[Val]) -> Result<Out> {
         _ => bail!("expects ([options]), like tq_check('{{\"recount\": true}}')"),
     };
     let recount = opts.bool("recount")?.unwrap_or(false);
-    let found = in_one_read(conn, || find(conn))?;
+    if recount && conn.write_in_progress() {
+        // It drops and creates triggers and indexes, which SQLite refuses while a statement writes.
+        bail!(
+            "recount cannot run inside a writing statement: call SELECT tq_check('{{\"recount\": true}}') on its own"
+        );
+    }
+    let found = conn.read_snapshot(|| find(conn))?;
     let mut out: Vec<Value> = vec![];
     if recount && !found.is_empty() {
         repair::run(conn, &found)?;
-        let left = in_one_read(conn, || find(conn))?;
+        let left = conn.read_snapshot(|| find(conn))?;
         out.extend(found.iter().map(|p| p.to_json(!left.iter().any(|l| l.same(p)))));
         out.extend(left.iter().filter(|l| !found.iter().any(|p| p.same(l))).map(|l| l.to_json(false)));
     } else {
@@ -85,16 +91,4 @@ fn find(conn: &Conn) -> Result<Vec<Problem>> {
         ranges::check(conn, &mut problems)?;
     }
     Ok(problems)
-}
-
-/// Runs `f` in one read transaction (outside the caller's own), so that every count it
-/// compares comes from the same snapshot while writers go on.
-fn in_one_read<T>(conn: &Conn, f: impl FnOnce() -> Result<T>) -> Result<T> {
-    if !conn.autocommit() {
-        return f();
-    }
-    conn.exec("BEGIN", &[])?;
-    let r = f();
-    let _ = conn.exec(if r.is_ok() { "COMMIT" } else { "ROLLBACK" }, &[]);
-    r
 }

@@ -277,6 +277,12 @@ impl Conn {
         out
     }
 
+    /// Is the `main` database read-only (`mode=ro`, `immutable=1`, a read-only file)?
+    pub fn read_only(&self) -> bool {
+        // SAFETY: the name is a NUL-terminated literal; -1 (no such database) is not read-only.
+        unsafe { sql!(db_readonly(self.db, c"main".as_ptr())) == 1 }
+    }
+
     pub fn autocommit(&self) -> bool {
         unsafe { sql!(get_autocommit(self.db)) != 0 }
     }
@@ -330,37 +336,111 @@ impl Conn {
     pub fn transaction<T>(&self, f: impl FnOnce() -> Result<T>) -> Result<T> {
         if self.write_in_progress() {
             // Inside a writing statement: its transaction is ours, and an error rolls it back.
+            // (A BEGIN here could not COMMIT while that statement runs: HOST-01.)
             return f();
         }
         if self.autocommit() {
             self.exec("BEGIN IMMEDIATE", &[])?;
-            match f() {
-                Ok(v) => match self.exec("COMMIT", &[]) {
-                    Ok(_) => Ok(v),
-                    Err(e) => {
-                        let _ = self.exec("ROLLBACK", &[]);
-                        Err(e)
-                    }
-                },
-                Err(e) => {
-                    let _ = self.exec("ROLLBACK", &[]);
-                    Err(e)
-                }
-            }
-        } else {
-            self.exec("SAVEPOINT tinyq", &[])?;
-            match f() {
-                Ok(v) => {
-                    self.exec("RELEASE tinyq", &[])?;
-                    Ok(v)
-                }
-                Err(e) => {
-                    let _ = self.exec("ROLLBACK TO tinyq", &[]);
-                    let _ = self.exec("RELEASE tinyq", &[]);
-                    Err(e)
-                }
-            }
+            let r = f();
+            return self.end_own(r);
         }
+        self.exec("SAVEPOINT tinyq", &[])?;
+        let r = f().and_then(|v| self.exec("RELEASE tinyq", &[]).map(|_| v));
+        if r.is_err() {
+            // Undone and gone, even when the RELEASE was what failed: the caller's
+            // transaction goes on as it was before the call.
+            let _ = self.exec("ROLLBACK TO tinyq", &[]);
+            let _ = self.exec("RELEASE tinyq", &[]);
+        }
+        r
+    }
+
+    /// Runs `f` on one snapshot of the store: in a read transaction of its own in
+    /// autocommit, else in the transaction already there (the caller's, or a writing
+    /// statement's, which holds the write lock: nothing changes under it either).
+    pub fn read_snapshot<T>(&self, f: impl FnOnce() -> Result<T>) -> Result<T> {
+        if !self.autocommit() || self.write_in_progress() {
+            return f();
+        }
+        self.exec("BEGIN", &[])?;
+        let r = f();
+        self.end_own(r)
+    }
+
+    /// Ends the transaction tinyq began in autocommit: COMMIT after `r` succeeded, else
+    /// ROLLBACK. A COMMIT that fails is rolled back and its error returned: tinyq never
+    /// leaves a transaction open that its caller did not begin, nor drops a COMMIT's error
+    /// (HOST-01).
+    fn end_own<T>(&self, r: Result<T>) -> Result<T> {
+        let r = r.and_then(|v| self.exec("COMMIT", &[]).map(|_| v));
+        if r.is_err() && !self.autocommit() {
+            let _ = self.exec("ROLLBACK", &[]);
+        }
+        if !self.autocommit() {
+            let why = r.err().map_or_else(String::new, |e| format!(": {}", e.msg));
+            return Err(Error::bad(format!("could not end the transaction it began{why}")));
+        }
+        r
+    }
+}
+
+/// A statement that a call which blocks (tq_wait) runs on its own connection every few
+/// tens of ms: SQLite looks at sqlite3_interrupt and calls the connection's progress
+/// handler only while statements run, so a host that bounds a query's time (Datasette)
+/// stays in charge (HOST-01). It reads no table, so it takes no lock.
+pub struct Pulse<'c> {
+    conn: &'c Conn,
+    /// Prepared by `conn`, finalized on drop; its VM step count is never reset, so SQLite,
+    /// which calls the progress handler every N steps counted over a statement's runs,
+    /// calls it every run for N up to 2,000 and every few runs above.
+    raw: *mut sqlite3_stmt,
+}
+
+/// About 2,000 VM steps (17 per row), twice the N of Datasette's progress handler, for
+/// about 50 µs.
+const PULSE_STEPS_SQL: &str =
+    "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 120) SELECT count(*) FROM n";
+
+impl Conn {
+    pub fn pulse(&self) -> Result<Pulse<'_>> {
+        let mut raw = std::ptr::null_mut();
+        // SAFETY: the text outlives the call; a failed prepare leaves `raw` null.
+        let rc = unsafe {
+            sql!(prepare_v2(
+                self.db,
+                PULSE_STEPS_SQL.as_ptr().cast::<c_char>(),
+                PULSE_STEPS_SQL.len() as c_int,
+                &raw mut raw,
+                std::ptr::null_mut()
+            ))
+        };
+        if rc != SQLITE_OK || raw.is_null() {
+            return Err(self.error());
+        }
+        Ok(Pulse { conn: self, raw })
+    }
+}
+
+impl Pulse<'_> {
+    /// Runs the statement once: Err (SQLITE_INTERRUPT, "interrupted") when the connection
+    /// was interrupted or its progress handler asked to stop.
+    pub fn beat(&mut self) -> Result<()> {
+        // SAFETY: `raw` is this connection's live statement, used by this Pulse alone.
+        unsafe {
+            let mut rc = sql!(step(self.raw));
+            while rc == super::ffi::SQLITE_ROW {
+                rc = sql!(step(self.raw));
+            }
+            let r = if rc == super::ffi::SQLITE_DONE { Ok(()) } else { Err(self.conn.error()) };
+            sql!(reset(self.raw));
+            r
+        }
+    }
+}
+
+impl Drop for Pulse<'_> {
+    fn drop(&mut self) {
+        unsafe { sql!(finalize(self.raw)) };
     }
 }
 
