@@ -163,13 +163,19 @@ fn queue_list(v: &Val) -> Result<Vec<String>> {
     if items.is_empty() || items.len() > MAX_QUEUES {
         bail!("queues must hold from 1 to {MAX_QUEUES} names, not {}", items.len());
     }
-    items
-        .into_iter()
-        .map(|item| match item {
-            serde_json::Value::String(s) => options::name("queue", &Val::Text(s)),
+    let mut queues: Vec<String> = Vec::with_capacity(items.len());
+    for item in items {
+        let name = match item {
+            serde_json::Value::String(s) => options::name("queue", &Val::Text(s))?,
             other => bail!("queues must hold queue names (text), not {other}"),
-        })
-        .collect()
+        };
+        // A repeat would be answered twice: a caller's list with one is a mistake worth naming.
+        if queues.contains(&name) {
+            bail!("queues names {} twice: give each queue once", options::quote(&name));
+        }
+        queues.push(name);
+    }
+    Ok(queues)
 }
 
 /// Waits until a job of one of `queues` may be claimable (those queues) or `timeout` passes

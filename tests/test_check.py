@@ -333,3 +333,28 @@ def test_cli_check_sees_a_store_with_a_garbage_version_and_bad_usage_is_2(busy, 
     empty = tmp_path / "empty.db"
     sqlite3.connect(empty).execute("CREATE TABLE t (x)").connection.close()
     assert_error(tinyq("check", str(empty)), 2, "no tinyq store")
+
+
+def test_tq_check_names_foreign_objects_that_act_on_tinyq(db):
+    """A trigger on a tinyq table, a trigger that writes one, a CHECK that calls tq_settle:
+    none is tinyq's, each runs inside tinyq's writes; tq_check names them (and leaves them).
+    An app's own trigger that enqueues with tq_add and a view reading tinyq_jobs are fine."""
+    add(db, "q", "{}", id="a")
+    db.executescript("""
+        CREATE TABLE orders (id INTEGER PRIMARY KEY, item TEXT);
+        CREATE TRIGGER orders_enqueue AFTER INSERT ON orders BEGIN
+            SELECT tq_add('ship', json_object('order', NEW.id));
+        END;
+        CREATE VIEW running_jobs AS SELECT id FROM tinyq_jobs WHERE status = 'running';
+        CREATE TRIGGER audit_jobs AFTER UPDATE ON tinyq_jobs BEGIN SELECT 1; END;
+        CREATE TRIGGER pause_all AFTER INSERT ON orders BEGIN UPDATE "tinyq_queues" SET paused = 1; END;
+        CREATE TABLE settler (id TEXT, attempt INT, CHECK (tq_settle(id, attempt, 'done') >= 0));
+    """)
+    found = {p["object"]: p for p in check(db) if p["problem"] == "foreign"}
+    assert set(found) == {"audit_jobs", "pause_all", "settler"}, found
+    assert "fires on tinyq_jobs" in found["audit_jobs"]["detail"]
+    assert "writes tinyq_queues" in found["pause_all"]["detail"]
+    assert "calls tq_settle" in found["settler"]["detail"]
+    # reported, not repaired: a recount leaves them where they are
+    check(db, recount=True)
+    assert one(db, "SELECT count(*) FROM sqlite_master WHERE name IN ('audit_jobs', 'pause_all', 'settler')") == 3

@@ -15,6 +15,7 @@ macro_rules! checking {
 }
 
 mod counters;
+mod foreign;
 mod objects;
 mod ranges;
 mod repair;
@@ -86,6 +87,7 @@ fn find(conn: &Conn) -> Result<Vec<Problem>> {
         objects::Version::Current | objects::Version::Unknown => {}
     }
     let sound_tables = objects::check(conn, shape, &mut problems)?;
+    foreign::check(conn, &mut problems)?;
     if sound_tables {
         counters::check(conn, shape, &mut problems)?;
         ranges::check(conn, &mut problems)?;
