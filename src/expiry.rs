@@ -51,7 +51,7 @@ pub fn too_late(start_by: Option<i64>, run_at: i64) -> bool {
 /// Ends every waiting or scheduled job of the queue past its bound, in one statement: failed
 /// with the error `expired`, dated at its bound (or its last change, if later), kept for the
 /// queue's `keep`. The triggers log each one's event and count it. A lease that ran out
-/// unsettled stays (JOB-05: that attempt's late settlement still counts).
+/// unsettled goes (JOB-05: the job has ended, that attempt's late calls change nothing).
 /// Workflows (DEP-01): the dependents of these jobs follow their `after_failed` here, as
 /// those of any job that fails for good, and one that others wait for is kept for them.
 pub fn end_expired(conn: &Conn, q: &Settings, now: i64) -> Result<()> {
@@ -65,7 +65,7 @@ pub fn end_expired(conn: &Conn, q: &Settings, now: i64) -> Result<()> {
         concat!(
             "UPDATE tinyq_jobs INDEXED BY tinyq_jobs_expiring SET",
             next_event!(),
-            ", status = 'failed', error = ?4, note = ?4, holder = NULL, parked = 0,
+            ", status = 'failed', error = ?4, note = ?4, holder = NULL, lease_until = NULL, parked = 0,
              settled_at = max(start_by, changed_at), changed_at = max(start_by, changed_at),
              expires_at = CASE WHEN held IS NULL THEN max(start_by, changed_at) + ?3 END
          WHERE (status = 'scheduled' OR status = 'queued') AND queue = ?1 AND start_by <= ?2"

@@ -116,17 +116,19 @@ def test_EXP_01_a_running_attempt_is_not_interrupted(db):
     assert (get(db, "j")["state"], get(db, "j")["result"]) == ("done", {"ok": 1})
 
 
-def test_EXP_01_a_lease_that_ran_out_past_the_bound_ends_the_job_and_its_late_settle_still_counts(db):
-    """The claim that finds the lease ran out finds the job past its bound: failed, expired;
-    the attempt that held it may still settle it late, as after any lease that ran out (JOB-05)."""
+def test_EXP_01_a_lease_that_ran_out_past_the_bound_ends_the_job_and_its_late_settle_changes_nothing(db):
+    """The claim that finds the lease ran out finds the job past its bound: failed, expired,
+    for good; the attempt that held it can no longer settle it (JOB-05: ended is final)."""
     pin(db, T0)
     add(db, "q", "{}", id="j", expires="10s")
     (r,) = claim(db, "q", options={"lease": "5s"})
     pin(db, T0 + 20 * SEC)
     assert claim(db, "q") == []
     assert (get(db, "j")["state"], get(db, "j")["error"]) == ("failed", "expired")
-    assert settle(db, "j", r["attempt"], "done") == 1
-    assert get(db, "j")["state"] == "done"
+    before = snapshot(db)
+    assert settle(db, "j", r["attempt"], "done") == 0
+    assert snapshot(db) == before
+    assert (get(db, "j")["state"], get(db, "j")["error"]) == ("failed", "expired")
 
 
 def test_EXP_01_a_lease_that_ran_out_before_the_bound_puts_the_job_back_in_line(db):
