@@ -142,3 +142,11 @@ END;
 CREATE TRIGGER tinyq_counts_added AFTER INSERT ON tinyq_counts BEGIN
   INSERT OR IGNORE INTO tinyq_queues (name) VALUES (NEW.queue);
 END;
+
+-- ---- blocked jobs expire (EXP-01): a job blocked on jobs or a signal ends at its bound
+-- tinyq_jobs_expiring holds blocked jobs with a bound too, so that the claim that ends
+-- its queue's waiting jobs past their `expires` ends those as well, by the same seek.
+
+DROP INDEX tinyq_jobs_expiring;
+CREATE INDEX tinyq_jobs_expiring ON tinyq_jobs (queue, start_by)
+  WHERE start_by IS NOT NULL AND (status = 'scheduled' OR status = 'queued' OR status = 'blocked');

@@ -76,10 +76,11 @@ CREATE INDEX tinyq_jobs_parked ON tinyq_jobs (queue, grp, priority DESC, run_at,
   WHERE status = 'queued' AND parked = 1;
 -- Jobs waiting for their time.
 CREATE INDEX tinyq_jobs_scheduled ON tinyq_jobs (queue, run_at) WHERE status = 'scheduled';
--- Jobs that must start by a time (tq_add's `expires`, EXP-01; schema 6), while they wait:
--- a claim's probe for jobs past it is one seek, empty while nothing expires.
+-- Jobs that must start by a time (tq_add's `expires`, EXP-01; schema 6), while they wait
+-- or are blocked (schema 9): a claim's probe for jobs past it is one seek, empty while
+-- nothing expires.
 CREATE INDEX tinyq_jobs_expiring ON tinyq_jobs (queue, start_by)
-  WHERE start_by IS NOT NULL AND (status = 'scheduled' OR status = 'queued');
+  WHERE start_by IS NOT NULL AND (status = 'scheduled' OR status = 'queued' OR status = 'blocked');
 -- Jobs that hold or held a lease: running ones by lease (expires_at NULL), with the group
 -- for per-group counts and the holder for DUR-02; done and failed ones by expiry (RET-01).
 CREATE INDEX tinyq_jobs_held ON tinyq_jobs (queue, status, expires_at, lease_until, grp, holder)

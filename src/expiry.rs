@@ -1,8 +1,10 @@
 //! Expiry (EXP-01): a job that has not started by its `expires` (tq_add) never starts; it
 //! ends `failed` with the error `expired`. The bound is kept in tinyq_jobs.start_by, through
 //! retries and snoozes, and is met in two places:
-//! - a claim ends its queue's waiting and scheduled jobs past it before it plans, found
-//!   through tinyq_jobs_expiring (only jobs with a bound, while they wait; named in each
+//! - a claim ends its queue's waiting, scheduled and blocked jobs past it before it plans
+//!   (a job blocked on jobs or a signal ends at its bound too, and its dependents follow),
+//!   found through tinyq_jobs_expiring (only jobs with a bound, while they wait or are
+//!   blocked; named in each
 //!   statement, so that no plan can walk the line instead), so that while nothing expires a
 //!   claim pays one empty seek in its probe (claim.rs, Pending);
 //! - an attempt whose job would run again at or after it (an error's backoff, a retry, a
@@ -48,16 +50,17 @@ pub fn too_late(start_by: Option<i64>, run_at: i64) -> bool {
     start_by.is_some_and(|t| run_at >= t)
 }
 
-/// Ends every waiting or scheduled job of the queue past its bound, in one statement: failed
+/// Ends every waiting, scheduled or blocked job of the queue past its bound, in one statement: failed
 /// with the error `expired`, dated at its bound (or its last change, if later), kept for the
 /// queue's `keep`. The triggers log each one's event and count it. A lease that ran out
-/// unsettled stays (JOB-05: that attempt's late settlement still counts).
+/// unsettled goes (JOB-05: the job has ended, that attempt's late calls change nothing).
 /// Workflows (DEP-01): the dependents of these jobs follow their `after_failed` here, as
-/// those of any job that fails for good, and one that others wait for is kept for them.
+/// those of any job that fails for good, and one that others wait for is kept for them; a
+/// blocked one lets its own dependencies go and leaves its signal wait (no longer woken).
 pub fn end_expired(conn: &Conn, q: &Settings, now: i64) -> Result<()> {
     let linked = conn.rows(
         "SELECT seq FROM tinyq_jobs INDEXED BY tinyq_jobs_expiring
-         WHERE (status = 'scheduled' OR status = 'queued') AND queue = ?1 AND start_by <= ?2 AND linked IS NOT NULL",
+         WHERE (status = 'scheduled' OR status = 'queued' OR status = 'blocked') AND queue = ?1 AND start_by <= ?2 AND linked IS NOT NULL",
         &[&q.name, &now],
         |st| st.int(0),
     )?;
@@ -65,10 +68,11 @@ pub fn end_expired(conn: &Conn, q: &Settings, now: i64) -> Result<()> {
         concat!(
             "UPDATE tinyq_jobs INDEXED BY tinyq_jobs_expiring SET",
             next_event!(),
-            ", status = 'failed', error = ?4, note = ?4, holder = NULL, parked = 0,
+            ", status = 'failed', error = ?4, note = ?4, holder = NULL, lease_until = NULL, parked = 0,
+             waits = NULL, signal = NULL,
              settled_at = max(start_by, changed_at), changed_at = max(start_by, changed_at),
              expires_at = CASE WHEN held IS NULL THEN max(start_by, changed_at) + ?3 END
-         WHERE (status = 'scheduled' OR status = 'queued') AND queue = ?1 AND start_by <= ?2"
+         WHERE (status = 'scheduled' OR status = 'queued' OR status = 'blocked') AND queue = ?1 AND start_by <= ?2"
         ),
         &[&q.name, &now, &q.keep(), &ERROR],
     )?;
@@ -82,7 +86,7 @@ pub fn end_expired(conn: &Conn, q: &Settings, now: i64) -> Result<()> {
 /// and not yet ended? One seek in tinyq_jobs_expiring.
 macro_rules! past_bound {
     () => {
-        "EXISTS (SELECT 1 FROM tinyq_jobs INDEXED BY tinyq_jobs_expiring WHERE (status = 'scheduled' OR status = 'queued') AND queue = ?1 AND start_by <= ?2)"
+        "EXISTS (SELECT 1 FROM tinyq_jobs INDEXED BY tinyq_jobs_expiring WHERE (status = 'scheduled' OR status = 'queued' OR status = 'blocked') AND queue = ?1 AND start_by <= ?2)"
     };
 }
 pub(crate) use past_bound;
@@ -91,7 +95,7 @@ pub(crate) use past_bound;
 /// waiting worker's claim ends it on time).
 pub fn next_bound(conn: &Conn, queue: &str, now: i64) -> Result<Option<i64>> {
     conn.one_int(
-        "SELECT min(start_by) FROM tinyq_jobs INDEXED BY tinyq_jobs_expiring WHERE (status = 'scheduled' OR status = 'queued') AND queue = ?1 AND start_by > ?2",
+        "SELECT min(start_by) FROM tinyq_jobs INDEXED BY tinyq_jobs_expiring WHERE (status = 'scheduled' OR status = 'queued' OR status = 'blocked') AND queue = ?1 AND start_by > ?2",
         &[&queue, &now],
     )
 }

@@ -34,29 +34,30 @@ pub fn apply(conn: &Conn, job: &Held, q: &Settings, outcome: Outcome, now: i64) 
     // Waits again until `run_at`, unless that is past its `expires` (EXP-01): then it ends here.
     let wait_again = |tries: i64, run_at: i64, error: Option<&str>, note: Val| {
         if expiry::too_late(job.start_by, run_at) {
-            fail(conn, job, expiry::ERROR, q, now, false)
+            fail(conn, job, expiry::ERROR, q, now)
         } else {
             again(conn, q, job.seq, tries, run_at, error, note, now)
         }
     };
     match outcome {
         Outcome::Error(msg) if left => wait_again(job.tries, now + backoff(), Some(&msg), Val::Text(msg.clone())),
-        Outcome::Error(msg) | Outcome::Fail(msg) => fail(conn, job, &msg, q, now, false),
+        Outcome::Error(msg) | Outcome::Fail(msg) => fail(conn, job, &msg, q, now),
         Outcome::Retry(delay) if left => {
             let delay = delay.unwrap_or_else(backoff);
             wait_again(job.tries, now + delay, None, Val::Int(delay))
         }
         Outcome::Retry(_) => {
-            fail(conn, job, &format!("retried on attempt {} of {budget}: no attempts left", job.tries), q, now, false)
+            fail(conn, job, &format!("retried on attempt {} of {budget}: no attempts left", job.tries), q, now)
         }
         Outcome::Snooze(delay) => wait_again(job.tries - 1, now + delay, None, Val::Int(delay)),
         Outcome::Wait(wait) => waits::begin(conn, job, q, &wait, now),
         Outcome::LeaseExpired { died } => {
             let why = if died { "worker process died" } else { "lease expired" };
             if left && expiry::too_late(job.start_by, now) {
-                fail(conn, job, expiry::ERROR, q, now, true)
+                fail(conn, job, expiry::ERROR, q, now)
             } else if left {
-                // Back in line at its old place; lease_until stays so a late settle still counts.
+                // Back in line at its old place; lease_until stays so a late settle still
+                // counts (JOB-05) until a claim takes the job or ends it.
                 conn.exec(
                     concat!(
                         "UPDATE tinyq_jobs SET",
@@ -69,28 +70,28 @@ pub fn apply(conn: &Conn, job: &Held, q: &Settings, outcome: Outcome, now: i64) 
                 )
             } else {
                 let msg = format!("{why} on attempt {} of {budget}: its leases ran out", job.tries);
-                fail(conn, job, &msg, q, now, true)
+                fail(conn, job, &msg, q, now)
             }
         }
     }?;
     Ok(())
 }
 
-/// Fails the job for good. `keep_lease`: the attempt's lease ran out unsettled, and its
-/// late settlement still counts until someone claims the job (JOB-05). A job that others
-/// wait for is kept while they have not finished (no window yet), and they follow their
-/// `after_failed` (DEP-01).
-fn fail(conn: &Conn, job: &Held, msg: &str, q: &Settings, now: i64, keep_lease: bool) -> Result<i64> {
+/// Fails the job for good. A job that others wait for is kept while they have not finished
+/// (no window yet), and they follow their `after_failed` (DEP-01). The lease goes, even one
+/// that ran out unsettled: the job has ended and its dependents acted on that, so a late
+/// call of the attempt changes nothing (JOB-05).
+fn fail(conn: &Conn, job: &Held, msg: &str, q: &Settings, now: i64) -> Result<i64> {
     let n = conn.exec(
         concat!(
             "UPDATE tinyq_jobs SET",
             next_event!(),
             ", status = 'failed', error = ?2, note = ?2, holder = NULL,
-             lease_until = CASE WHEN ?5 THEN lease_until END,
+             lease_until = NULL,
              settled_at = ?3, expires_at = CASE WHEN held IS NULL THEN ?4 END, changed_at = ?3
          WHERE seq = ?1"
         ),
-        &[&job.seq, &msg, &now, &(now + q.keep()), &keep_lease],
+        &[&job.seq, &msg, &now, &(now + q.keep())],
     )?;
     if job.linked {
         deps::ended(conn, job.seq, End::Failed, now)?;
@@ -138,11 +139,14 @@ fn parse_outcome(outcome: &Val, value: Option<&Val>) -> Result<Settle> {
 }
 
 /// The fence (JOB-05) of a settlement, on `?1` = id and `?2` = attempt: this attempt's lease
-/// is unsettled and no later attempt has claimed the job (its lease may have run out).
+/// is unsettled and no later attempt has claimed the job (its lease may have run out, and
+/// a claim put it back in line). A job that ended has no lease: a claim that ends one
+/// (its last lease ran out, its `expires` passed) clears it, so its late settlement is
+/// stale as any (an older store's failed job that kept one is refused by status).
 #[macro_export]
 macro_rules! settle_fence {
     () => {
-        " id = ?1 AND attempt = ?2 AND lease_until IS NOT NULL AND (status = 'running' OR status = 'queued' OR status = 'failed') "
+        " id = ?1 AND attempt = ?2 AND lease_until IS NOT NULL AND (status = 'running' OR status = 'queued') "
     };
 }
 

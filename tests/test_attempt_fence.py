@@ -183,3 +183,84 @@ def test_JOB_05_marks_are_kept_per_slot_not_per_id(db):
         one(db, "SELECT tq_sweep()")
         assert one(db, "SELECT count(*) FROM tinyq_jobs") == 0
         assert one(db, "SELECT count(*) FROM tinyq_marks") == slots
+
+
+def late_calls_change_nothing(db, worker, jid, attempt):
+    """Every call the late worker (a real process) can make with (jid, attempt): each
+    returns 'stale', and the store is left exactly as it was."""
+    before = snapshot(db)
+    for outcome, value in [("done", '{"late": 1}'), ("wait", '{"after": ["other"]}'),
+                           ("wait", '{"signal": "s"}'), ("error", "late"), ("retry", None),
+                           ("snooze", "1s"), ("fail", "late")]:
+        if value is None:
+            assert worker.sql("SELECT tq_settle(?, ?, ?)", jid, attempt, outcome) == 0, outcome
+        else:
+            assert worker.sql("SELECT tq_settle(?, ?, ?, ?)", jid, attempt, outcome, value) == 0, outcome
+    assert worker.sql("SELECT tq_renew(?, ?, '1h')", jid, attempt) is None
+    assert worker.sql("SELECT tq_step_put(?, ?, 'answer', 'late')", jid, attempt) is None
+    assert worker.sql("SELECT tq_progress(?, ?, '99')", jid, attempt) == 0
+    assert snapshot(db) == before
+
+
+@pytest.mark.parametrize("how", ["last_lease", "lease_past_expires", "expired_in_line"])
+def test_JOB_05_a_late_call_of_an_attempt_whose_job_a_claim_ended_changes_nothing(db_path, how):
+    """A worker process claims D and stalls; its lease runs out. A claim ends D for good:
+    its last attempt's lease ran out (`last_lease`), or it ran out past D's `expires`
+    (`lease_past_expires`), or it ran out, D went back in line, and a later claim found D
+    past its `expires` (`expired_in_line`). D's dependents followed `after_failed` (one
+    failed, one cancelled). The stalled worker then settles D late, any outcome, or renews,
+    keeps a step or reports progress: nothing changes, and D stays failed as its
+    dependents saw it."""
+    db = connect(db_path)
+    setq(db, "q", lease="1s")
+    if how == "last_lease":
+        add(db, "q", id="D", attempts=1)
+    else:
+        add(db, "q", id="D", expires="30m")
+    add(db, "deps", id="F", after=["D"])
+    add(db, "deps", id="X", after=["D"], after_failed="cancel")
+    add(db, "other", id="other")
+    stalled = Holder(db_path, "q", n=1, worker="stalled")
+    try:
+        assert [(r["id"], r["attempt"]) for r in stalled.rows] == [("D", 1)]
+        now = int(one(db, "SELECT tq_now()"))
+        if how == "expired_in_line":
+            add(db, "q", id="urgent", priority=10)
+            pin(db, now + MIN)  # D's lease ran out: this claim puts it back in line, takes 'urgent'
+            (urgent,) = claim(db, "q", "w")
+            assert urgent["id"] == "urgent" and settle(db, "urgent", urgent["attempt"]) == 1
+            assert get(db, "D")["state"] == "waiting"
+        pin(db, now + HOUR)
+        assert claim(db, "q", "w") == []
+        d = get(db, "D")
+        expected = "lease expired on attempt 1 of 1: its leases ran out" if how == "last_lease" else "expired"
+        assert (d["state"], d["error"]) == ("failed", expected)
+        assert get(db, "F")["state"] == "failed" and get(db, "X") is None
+        late_calls_change_nothing(db, stalled, "D", 1)
+        assert (get(db, "D")["state"], get(db, "D")["error"]) == ("failed", expected)
+    finally:
+        stalled.exit()
+        stalled.close()
+    db.close()
+
+
+def test_JOB_05_a_late_settle_of_a_job_back_in_line_still_counts_from_another_process(db_path):
+    """The rule's other half: D's lease ran out and a claim put it back in line (not ended,
+    not claimed again): the stalled worker's late `done` counts, and D's dependent runs."""
+    db = connect(db_path)
+    setq(db, "q", lease="1s")
+    add(db, "q", id="D")
+    add(db, "deps", id="F", after=["D"])
+    stalled = Holder(db_path, "q", n=1, worker="stalled")
+    try:
+        add(db, "q", id="urgent", priority=10)
+        pin(db, int(one(db, "SELECT tq_now()")) + MIN)
+        assert [r["id"] for r in claim(db, "q", "w")] == ["urgent"]
+        assert get(db, "D")["state"] == "waiting"
+        assert stalled.sql("SELECT tq_settle('D', 1, 'done', '{\"late\": 1}')") == 1
+        assert (get(db, "D")["state"], get(db, "D")["result"]) == ("done", {"late": 1})
+        assert get(db, "F")["state"] == "waiting"
+    finally:
+        stalled.exit()
+        stalled.close()
+    db.close()

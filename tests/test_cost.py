@@ -156,6 +156,30 @@ def expiring_each_claim(tmp_path, n):
     return db, calls
 
 
+def blocked_expiring_each_claim(tmp_path, n):
+    """n jobs blocked on one that never finishes, bounded a day ahead (EXP-01); before each
+    claim one more blocked job reaches its bound: the claim ends that one, its dependent
+    follows, and the n others are not looked at."""
+    def build(db, n):
+        one(db, "SELECT tq_add('roots', '{}', '{\"id\": \"root\"}')")
+        fill(db, n, "x", "'{\"after\": [\"root\"], \"expires\": \"1d\"}'")
+    db = built(tmp_path, build, n)
+    clock, k = [NOW], [0]
+
+    def calls():
+        for _ in range(ROUNDS):
+            k[0] += 1
+            yield ("SELECT tq_add('x', '{}', json_object('id', 'b-' || ?, 'after', json_array('root'), "
+                   "'expires', '1s'))", (k[0],))
+            yield "SELECT tq_add('y', '{}', json_object('after', json_array('b-' || ?)))", (k[0],)
+            clock[0] += 1000
+            yield "SELECT tq_clock(?)", (clock[0],)
+            yield "SELECT count(*) FROM tq_claim('x', 'w', 1)", ()
+        assert one(db, "SELECT failed FROM tq_stats('x')") == k[0]
+        assert one(db, "SELECT failed FROM tq_stats('y')") == k[0]
+    return db, calls
+
+
 def replace_in_line(tmp_path, n):
     """tq_add with on_conflict 'replace' (KEY-01) of the job in the middle of n + 2,000 waiting
     jobs, moving it back and forth along the line (its priority): its bucket and span counts
@@ -321,6 +345,7 @@ CASES = {
     "plain_claim": plain,
     "claim_beside_bounded_jobs": bounded,
     "claim_ending_an_expired_job": expiring_each_claim,
+    "claim_ending_an_expired_blocked_job": blocked_expiring_each_claim,
     "replace_in_a_long_line": replace_in_line,
     "claim_beside_blocked_jobs": claim_beside_blocked,
     "claim_beside_signal_waits": claim_beside_signal_waits,

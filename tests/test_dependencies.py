@@ -243,8 +243,8 @@ def test_DEP_01_wait_refuses_unknown_ids_and_cycles(db):
     before = snapshot(db)
     for value, message in [
         ({"after": ["nope"]}, "tq_settle: outcome 'wait': \"after\": no job 'nope'"),
-        ({"after": ["child"]}, "tq_settle: outcome 'wait': \"after\" names 'child', which is this job or waits for it"),
-        ({"after": ["p"]}, "tq_settle: outcome 'wait': \"after\" names 'p'"),
+        ({"after": ["child"]}, "tq_settle: outcome 'wait': \"after\" names 'child', which waits for this job (child -> p)"),
+        ({"after": ["p"]}, "tq_settle: outcome 'wait': \"after\" names 'p', which is this job: it would never run"),
         ({"after": ["child"], "timeout": "1m"}, "tq_settle: outcome 'wait': \"timeout\" goes with \"signal\""),
         ({}, "tq_settle: outcome 'wait' needs {\"after\": [ids]}"),
         ({"after": ["child"], "signal": "s"}, "tq_settle: outcome 'wait' needs"),
@@ -258,6 +258,66 @@ def test_DEP_01_wait_refuses_unknown_ids_and_cycles(db):
     with pytest.raises(sqlite3.Error, match=r"^tq_settle: outcome 'wait': options must be a JSON object"):
         one(db, "SELECT tq_settle('p', ?, 'wait', '[1]')", row["attempt"])
     assert snapshot(db) == before
+
+
+def wait_steps(db, job_id, attempt, after):
+    """tq_settle(job_id, attempt, 'wait', {"after": after}): its answer or error, and the VM
+    steps tinyq's statements took for it (tq_statements)."""
+    before = one(db, "SELECT total(vm_steps) FROM tq_statements")
+    try:
+        got = one(db, "SELECT tq_settle(?, ?, 'wait', ?)", job_id, attempt, json.dumps({"after": after}))
+    except sqlite3.Error as e:
+        got = str(e)
+    return got, int(one(db, "SELECT total(vm_steps) FROM tq_statements") - before)
+
+
+def test_DEP_01_a_wait_cannot_close_a_cycle_of_any_length(db):
+    add(db, "q", "{}", id="A")
+    (row,) = claim(db, "q", "w", 1)
+    add(db, "w", "{}", id="C", after=["A"])
+    add(db, "w", "{}", id="B", after=["C"])
+    before = snapshot(db)
+    with pytest.raises(sqlite3.Error) as e:
+        settle(db, "A", row["attempt"], "wait", json.dumps({"after": ["B"]}))
+    assert str(e.value) == ("tq_settle: outcome 'wait': \"after\" names 'B', which waits for this job "
+                            "(B -> C -> A): it would never run")
+    assert snapshot(db) == before
+    # among other jobs, and for a job named twice
+    add(db, "q", "{}", id="other")
+    with pytest.raises(sqlite3.Error, match=r"names 'B', which waits for this job \(B -> C -> A\)"):
+        settle(db, "A", row["attempt"], "wait", json.dumps({"after": ["other", "B", "B"]}))
+    assert get(db, "A")["state"] == "running"
+    # the job runs on: a wait on a job outside the chain blocks it, then it finishes
+    assert settle(db, "A", row["attempt"], "wait", json.dumps({"after": ["other"]})) == 1
+    run(db, "q", "other")
+    run(db, "q", "A")
+    run(db, "w", "C")
+    run(db, "w", "B")
+
+
+def test_DEP_01_a_cycle_through_ten_thousand_jobs_is_refused_at_a_bounded_cost(db):
+    """A chain of 10,000 jobs: the head's wait on the tail walks the chain once (its cost
+    is counted in VM steps, not timed); a wait on a job outside it walks nothing."""
+    n = 10_000
+    add(db, "q", "{}", id="head")
+    add(db, "q", "{}", id="apart")
+    (row,) = claim(db, "q", "w", 1)
+    assert row["id"] == "head"
+    db.execute("BEGIN")
+    for i in range(1, n + 1):
+        add(db, "w", "{}", id=f"c{i}", after=["head" if i == 1 else f"c{i - 1}"])
+    db.execute("COMMIT")
+    before = snapshot(db)
+    got, refused = wait_steps(db, "head", row["attempt"], [f"c{n}"])
+    assert got == (f"tq_settle: outcome 'wait': \"after\" names 'c{n}', which waits for this job "
+                   f"(c{n} -> c{n - 1} -> c{n - 2} -> c{n - 3} -> ({n - 7} more) -> c3 -> c2 -> c1 -> head): "
+                   "it would never run")
+    assert snapshot(db) == before
+    got, accepted = wait_steps(db, "head", row["attempt"], ["apart"])
+    assert got == 1 and get(db, "head")["state"] == "blocked"
+    print(f"VM steps: refused wait over {n} jobs {refused}, wait on an unrelated job {accepted}")
+    assert refused < 50 * n  # a seek per job of the chain
+    assert accepted < 2_000
 
 
 def test_DEP_01_tq_deps_and_blocked_bad_input(db):

@@ -116,17 +116,19 @@ def test_EXP_01_a_running_attempt_is_not_interrupted(db):
     assert (get(db, "j")["state"], get(db, "j")["result"]) == ("done", {"ok": 1})
 
 
-def test_EXP_01_a_lease_that_ran_out_past_the_bound_ends_the_job_and_its_late_settle_still_counts(db):
-    """The claim that finds the lease ran out finds the job past its bound: failed, expired;
-    the attempt that held it may still settle it late, as after any lease that ran out (JOB-05)."""
+def test_EXP_01_a_lease_that_ran_out_past_the_bound_ends_the_job_and_its_late_settle_changes_nothing(db):
+    """The claim that finds the lease ran out finds the job past its bound: failed, expired,
+    for good; the attempt that held it can no longer settle it (JOB-05: ended is final)."""
     pin(db, T0)
     add(db, "q", "{}", id="j", expires="10s")
     (r,) = claim(db, "q", options={"lease": "5s"})
     pin(db, T0 + 20 * SEC)
     assert claim(db, "q") == []
     assert (get(db, "j")["state"], get(db, "j")["error"]) == ("failed", "expired")
-    assert settle(db, "j", r["attempt"], "done") == 1
-    assert get(db, "j")["state"] == "done"
+    before = snapshot(db)
+    assert settle(db, "j", r["attempt"], "done") == 0
+    assert snapshot(db) == before
+    assert (get(db, "j")["state"], get(db, "j")["error"]) == ("failed", "expired")
 
 
 def test_EXP_01_a_lease_that_ran_out_before_the_bound_puts_the_job_back_in_line(db):
@@ -256,3 +258,44 @@ def test_EXP_01_tq_get_shows_expires_null_without_one(db):
     add(db, "q", "{}", id="j")
     assert "expires" in get(db, "j") and get(db, "j")["expires"] is None
     assert json.loads(one(db, "SELECT tq_get('j')"))["expires"] is None
+
+
+@pytest.mark.parametrize("on", ["after", "signal", "signal_with_a_later_timeout"])
+def test_EXP_01_a_blocked_job_expires_at_its_bound(db, on):
+    """A job blocked on a dependency that never finishes, or on a signal that never comes
+    (with no timeout, or one after the bound), ends `failed`/`expired` at its bound, once:
+    the first claim of its queue from then ends it, its dependents
+    follow `after_failed`, its dependency is let go, and a late signal or dependency
+    changes nothing."""
+    pin(db, T0)
+    add(db, "slow", "{}", id="dep")  # nobody works this queue: it never finishes
+    if on == "after":
+        add(db, "q", "{}", id="j", expires="10s", after=["dep"])
+    else:
+        add(db, "q", "{}", id="j", expires="10s")
+        (r,) = claim(db, "q")
+        wait = {"signal": "s"} if on == "signal" else {"signal": "s", "timeout": "1h"}
+        assert settle(db, "j", r["attempt"], "wait", json.dumps(wait)) == 1
+    add(db, "next", "{}", id="k", after=["j"])
+    add(db, "next", "{}", id="c", after=["j"], after_failed="cancel")
+    assert get(db, "j")["state"] == "blocked"
+    pin(db, T0 + 9 * SEC)
+    assert claim(db, "q") == [] and get(db, "j")["state"] == "blocked"
+    pin(db, T0 + 10 * SEC)
+    assert claim(db, "q") == []
+    job = get(db, "j")
+    assert (job["state"], job["error"], job["settled_at"]) == ("failed", "expired", T0 + 10 * SEC)
+    assert (get(db, "k")["state"], get(db, "k")["error"]) == ("failed", "dependency 'j' failed: expired")
+    assert get(db, "c") is None
+    stats = db.execute("SELECT blocked, failed FROM tq_stats('q')").fetchone()
+    assert tuple(stats) == (0, 1)
+    pin(db, T0 + 2 * HOUR)  # past the timeout too
+    assert claim(db, "q") == []
+    one(db, "SELECT tq_signal('s')")
+    (d,) = claim(db, "slow")
+    assert settle(db, "dep", d["attempt"]) == 1
+    assert claim(db, "q") == []
+    assert (get(db, "j")["state"], get(db, "j")["error"]) == ("failed", "expired")
+    assert [e for e in events_of(db, "j") if e[0] == "failed"] == [("failed", "expired")]
+    assert one(db, "SELECT count(*) FROM tinyq_deps d JOIN tinyq_jobs j ON j.seq = d.dep"
+                   " WHERE j.id = 'dep' AND d.resolved IS NOT 2") == 0  # 'dep' is no longer held by 'j'

@@ -329,6 +329,15 @@ def check_workflows(c):
         assert held == counted, f"job {jid!r}: held {held}, edges not released {counted}"
         if held and status in ("done", "failed"):
             assert expires is None, f"job {jid!r} ({status}) is held by its dependents but expires"
+    # No cycle among the edges still waited for: no job waits, through any chain, for itself.
+    cycle = c.execute(
+        "WITH RECURSIVE r(start, node) AS (SELECT job, dep FROM tinyq_deps WHERE resolved IS NULL"
+        " UNION SELECT r.start, d.dep FROM r JOIN tinyq_deps d ON d.job = r.node AND d.resolved IS NULL)"
+        " SELECT start FROM r WHERE start = node LIMIT 1").fetchall()
+    assert not cycle, f"job seq {cycle} waits for itself through a chain"
+    # JOB-05: an ended job keeps no lease, so no late call of its attempt can act on it.
+    leased = c.execute("SELECT id FROM tinyq_jobs WHERE status IN ('done', 'failed') AND lease_until IS NOT NULL").fetchall()
+    assert not leased, f"ended jobs {leased} keep a lease"
     blocked = dict(c.execute("SELECT queue, blocked FROM tinyq_counts"))
     for queue, n in c.execute("SELECT queue, count(*) FROM tinyq_jobs WHERE status = 'blocked' GROUP BY queue"):
         assert blocked.get(queue) == n, f"queue {queue!r}: {n} blocked jobs, counter {blocked.get(queue)}"
@@ -385,7 +394,10 @@ def build_machine():
         ("snooze", None), ("fail", "bad"), ("fail", ""), ("nope", None), ("DONE", None),
         ("wait", '{"signal": "s1", "timeout": "1s"}'), ("wait", '{"signal": "s2"}'),
         ("wait", '{"after": ["a", "b"]}'), ("wait", '{"after": ["c"]}'), ("wait", '{"after": ["zzz"]}'),
-        ("wait", '{"after": ["a"], "timeout": "1s"}'), ("wait", None)])
+        ("wait", '{"after": ["a"], "timeout": "1s"}'), ("wait", None),
+        # waits that may close a cycle through the jobs added with `after` (DEP-01)
+        ("wait", '{"after": ["a"]}'), ("wait", '{"after": ["b"]}'), ("wait", '{"after": ["d", "c"]}'),
+        ("wait", '{"after": ["reply:41"]}')])
 
     class TinyqMachine(RuleBasedStateMachine):
         def __init__(self):
@@ -506,10 +518,35 @@ def build_machine():
         def settle(self, data, outcome):
             job_id, attempt = data.draw(pick(self.held))
             name, value = outcome
+            # JOB-05: a job that ended (or was claimed again) is final for this attempt,
+            # late or not: the settle is stale (0) or an error, and changes nothing.
+            row = self.conn.execute("SELECT status, attempt FROM tinyq_jobs WHERE id = ?", (job_id,)).fetchone()
+            final = row is None or row[0] in ("done", "failed", "blocked") or row[1] != attempt
+            before = self.snapshot() if final else None
             if value is None:
-                self.v("tq_settle", job_id, attempt, name)
+                rows = self.v("tq_settle", job_id, attempt, name)
             else:
-                self.v("tq_settle", job_id, attempt, name, value)
+                rows = self.v("tq_settle", job_id, attempt, name, value)
+            if final:
+                assert rows is None or rows[0][0] == 0, f"a settle of ended job {job_id!r} ({row}) counted"
+                assert self.snapshot() == before, f"a stale settle of {job_id!r} changed the store"
+
+        @precondition(lambda self: self.held)
+        @rule(data=st.data(), outcome=outcomes, budget=pick([None, 1]))
+        def late_settle(self, data, outcome, budget):
+            """A worker whose lease ran out settles late (JOB-05): the clock moves past the
+            lease, a claim of its queue finds it (back in line, or ended for good: its last
+            attempt, or past its `expires`; `budget` 1 makes that its last), then the
+            worker settles. `settle` checks that an ended job stays as it ended."""
+            job_id, attempt = data.draw(pick(self.held))
+            row = self.conn.execute("SELECT queue, lease_until FROM tinyq_jobs WHERE id = ? AND attempt = ?"
+                                    " AND status = 'running'", (job_id, attempt)).fetchone()
+            if row is not None and not self.conn.in_transaction:
+                if budget is not None:
+                    self.v("tq_queue", row[0], json.dumps({"attempts": budget}))
+                self.advance_clock(max(row[1] - self.now + 1, 0))
+                self.v("tq_claim", row[0], "w3", 1)
+            self.settle(data, outcome)
 
         @precondition(lambda self: self.held)
         @rule(data=st.data(), lease=pick([None, "10ms", "1s", 0, -1]))

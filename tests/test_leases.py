@@ -311,24 +311,23 @@ def test_JOB_05_a_late_done_of_a_job_back_in_line_takes_it_out_of_the_line(db, l
         assert {r["id"] for r in claim(db, "late", "w3", 5)} == {"behind", "next"}  # the group's next gets its turn
 
 
-def test_JOB_05_late_snooze_of_a_job_failed_by_its_leases_runs_again_with_working_leases(db):
-    # The last attempt's lease runs out: the job fails for good, but that attempt's late
-    # settlement still counts. A snooze puts it back; its next lease must run out as any.
+def test_JOB_05_a_job_failed_by_its_leases_is_final_for_its_late_worker(db):
+    # The last attempt's lease runs out: the claim that finds it fails the job for good
+    # (and its dependents follow). Ended is final: that attempt's late settlement, whatever
+    # the outcome, changes nothing, and the job is never claimed again.
     pin(db, T0)
     jid = add(db, "late", id="slow", attempts=1)
     claim_one(db, "late", "w1", {"lease": "1s"})
     pin(db, T0 + 10 * SEC)
     assert claim(db, "late") == []                          # reaps it: failed, no attempts left
     assert get(db, jid)["state"] == "failed"
-    assert settle(db, jid, 1, "snooze", "1s") == 1           # the late worker snoozes it
+    assert get(db, jid)["lease_until"] is None
+    before = snapshot(db)
+    for outcome, value in [("snooze", "1s"), ("done", None), ("error", "late"), ("wait", '{"signal": "s"}')]:
+        assert settle(db, jid, 1, outcome, value) == 0, outcome
+    assert snapshot(db) == before
     pin(db, T0 + 12 * SEC)
-    again = claim_one(db, "late", "w2", {"lease": "1s"})
-    assert (again["id"], again["attempt"]) == (jid, 2)
-    stats = one(db, "SELECT json_object('running', running, 'leases', leases) FROM tq_stats('late')")
-    assert json.loads(stats) == {"running": 1, "leases": 1}
-    pin(db, T0 + 20 * SEC)                                   # its lease ran out: reaped again
     assert claim(db, "late") == []
-    assert get(db, jid)["state"] == "failed"
     assert "leases ran out" in get(db, jid)["error"]
 
 

@@ -9,7 +9,8 @@
 //! `expires_at` stays NULL, so no sweep takes it, and it gets its window when the last of
 //! them finishes.
 
-use std::collections::HashSet;
+use std::collections::hash_map::Entry;
+use std::collections::{HashMap, HashSet, VecDeque};
 
 use crate::options::{self, Options};
 use crate::row::group_limited;
@@ -309,9 +310,49 @@ pub fn blocked_on(conn: &Conn, seq: i64, signal: Option<String>, run_at: i64) ->
 /// The time of a signal wait without a timeout.
 pub const FOREVER: i64 = i64::MAX;
 
-/// Does the job `job` wait (directly) for `dep`, which has not finished for it yet?
-pub fn waits_for(conn: &Conn, job: i64, dep: i64) -> Result<bool> {
-    Ok(conn
-        .one_int("SELECT 1 FROM tinyq_deps WHERE dep = ?1 AND job = ?2 AND resolved IS NULL", &[&dep, &job])?
-        .is_some())
+/// The chain through which one of `deps` waits for the job `job`, as seqs from that
+/// dependency to `job` (just `job` when it names itself), if one does: a breadth-first walk
+/// up the unfinished dependencies, each job looked at once (a seek each, by
+/// tinyq_deps_job), so it costs what the named jobs wait for, however long the chain.
+pub fn cycle(conn: &Conn, job: i64, deps: &[Dep]) -> Result<Option<Vec<i64>>> {
+    let mut from: HashMap<i64, Option<i64>> = HashMap::new();
+    let mut line = VecDeque::new();
+    for d in deps {
+        if from.insert(d.seq, None).is_none() {
+            line.push_back(d.seq);
+        }
+    }
+    while let Some(at) = line.pop_front() {
+        if at == job {
+            let mut chain = vec![at];
+            while let Some(Some(prev)) = from.get(chain.last().expect("one")) {
+                chain.push(*prev);
+            }
+            chain.reverse();
+            return Ok(Some(chain));
+        }
+        let up = conn.rows("SELECT dep FROM tinyq_deps WHERE job = ?1 AND resolved IS NULL", &[&at], |st| st.int(0))?;
+        for dep in up {
+            if let Entry::Vacant(e) = from.entry(dep) {
+                e.insert(Some(at));
+                line.push_back(dep);
+            }
+        }
+    }
+    Ok(None)
+}
+
+/// A chain of jobs as `a -> b -> c`, by id, the middle left out when it is long.
+pub fn chain_ids(conn: &Conn, chain: &[i64]) -> Result<String> {
+    const ENDS: usize = 4;
+    let id = |seq: &i64| -> Result<String> {
+        let id = conn.row("SELECT id FROM tinyq_jobs WHERE seq = ?1", &[seq], |st| st.text(0))?;
+        Ok(options::clip(&id.flatten().unwrap_or_default()))
+    };
+    if chain.len() <= 2 * ENDS + 1 {
+        return Ok(chain.iter().map(id).collect::<Result<Vec<_>>>()?.join(" -> "));
+    }
+    let head = chain[..ENDS].iter().map(id).collect::<Result<Vec<_>>>()?.join(" -> ");
+    let tail = chain[chain.len() - ENDS..].iter().map(id).collect::<Result<Vec<_>>>()?.join(" -> ");
+    Ok(format!("{head} -> ({} more) -> {tail}", chain.len() - 2 * ENDS))
 }

@@ -4,7 +4,7 @@
 //! ends, so the job holds no place in any limit while it waits.
 
 use crate::held::{self, Held};
-use crate::options::{self, Options};
+use crate::options::Options;
 use crate::settings::Settings;
 use crate::sqlite::{Conn, Error, Result, Val};
 use crate::timeline::next_event;
@@ -45,14 +45,15 @@ pub fn begin(conn: &Conn, job: &Held, q: &Settings, wait: &Wait, now: i64) -> Re
     match wait {
         Wait::After(ids) => {
             let deps = deps::find(conn, "outcome 'wait': \"after\"", ids)?;
-            for d in &deps {
-                if d.seq == job.seq || deps::waits_for(conn, d.seq, job.seq)? {
-                    let id = conn.row("SELECT id FROM tinyq_jobs WHERE seq = ?1", &[&d.seq], |st| st.text(0))?;
-                    bail!(
-                        "outcome 'wait': \"after\" names '{}', which is this job or waits for it: it would never run",
-                        options::clip(&id.flatten().unwrap_or_default())
-                    );
+            if let Some(chain) = deps::cycle(conn, job.seq, &deps)? {
+                let ids = deps::chain_ids(conn, &chain)?;
+                let named = deps::chain_ids(conn, &chain[..1])?;
+                if chain.len() == 1 {
+                    bail!("outcome 'wait': \"after\" names '{named}', which is this job: it would never run");
                 }
+                bail!(
+                    "outcome 'wait': \"after\" names '{named}', which waits for this job ({ids}): it would never run"
+                );
             }
             let waits = deps::link(conn, job.seq, &deps)?;
             let note = format!("{{\"after\":{}}}", deps.len());
