@@ -186,6 +186,14 @@ export interface WorkOptions {
   prefetch?: 'auto' | number;
 }
 
+/** What Queue.drain resolves with: `done` and `failed` count jobs that ended so, `retried`
+ * the attempts that ended in an error or run.retry while the job had tries left. */
+export interface DrainSummary {
+  done: number;
+  failed: number;
+  retried: number;
+}
+
 export interface StopOptions {
   /** How long to wait for the jobs in flight, in ms (as long as they run). */
   timeout?: number;
@@ -289,6 +297,10 @@ export class Queue<P = any, D extends SqliteDatabase = SqliteDatabase> {
   schedules(): Schedule[];
   /** Runs `handler` for this queue's jobs until stop(); resolves with how many it handled. */
   work<R = unknown>(handler: Handler<P, R>, options?: WorkOptions): Promise<number>;
+  /** work() until no job of this queue is running and none is due now (one scheduled later
+   * is not waited for); resolves with how the attempts it ran ended. Throws when this Queue
+   * is already working. */
+  drain<R = unknown>(handler: Handler<P, R>, options?: WorkOptions): Promise<DrainSummary>;
   /** Claims nothing more; resolves once the jobs in flight have settled (with 0 at once,
    * called from one of this queue's handlers: it would wait for that handler). `timeout` (ms)
    * bounds the wait: then the handlers still running are abandoned (logged, signal aborted;

@@ -20,6 +20,7 @@ const { close, decode, encode, extensionPath, load, one, open, options, rows, tr
 const { adapterOf } = require('./drivers.js');
 const { Cancelled, Outcome, Run } = require('./run.js');
 const { inHandlerOf, workLoop } = require('./worker.js');
+const { drain } = require('./drain.js');
 
 // -- the queue -------------------------------------------------------------------------
 
@@ -176,6 +177,21 @@ class Queue {
       this._wake = () => {};
     });
     return this._working;
+  }
+
+  /**
+   * work(handler, opts) until no job of this queue is running and none is due now; resolves
+   * with { done, failed, retried }, how the attempts it ran ended (an error or run.retry is
+   * retried while the job had tries left, else failed). For scripts, cron runs and tests: it
+   * runs the jobs that are due and those that become due while it runs (jobs the handlers
+   * add, dependents a finished job unblocks, retries and scheduled jobs whose time comes while
+   * other jobs still run). It does not wait for a job due later once nothing else runs (a
+   * retry's backoff, delay, at): that job stays scheduled. A paused queue's waiting jobs are
+   * not waited for. The same options as work(); stop() and signals end it early.
+   */
+  drain(handler, opts = {}) {
+    if (this._working) throw new Error('this Queue is already working'); // else it would stop that work()
+    return drain(this, handler, opts);
   }
 
   /** Claim nothing more; the promise resolves once work() has finished its jobs in flight
