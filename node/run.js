@@ -162,11 +162,14 @@ class Run {
 
   /** The results of the jobs `ids`, in order, once every one is done; until then the job
    * waits for them (blocked) and runs again when they have finished. One that failed for
-   * good or was cancelled fails this job, its error naming it. */
+   * good or was cancelled fails this job, its error naming it. Jobs already done the first
+   * time are linked to this job (a 'wait' that makes it due again at once), so that they
+   * are kept until it has finished (DEP-01). */
   async waitFor(ids) {
     const list = waits.waitIds(ids);
     const found = new Map(rows(this._db, waits.JOBS_OF, JSON.stringify(list)).map((r) => [r.id, r.job]));
-    const { outcome, results } = waits.afterResults(list, found);
+    const linked = new Set(rows(this._db, waits.LINKED, this.id).map((r) => r.id));
+    const { outcome, results } = waits.afterResults(list, found, linked);
     if (outcome) throw new Outcome(...outcome);
     return results;
   }

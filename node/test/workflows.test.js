@@ -164,3 +164,37 @@ test('a worker SIGKILLed while its job waits for a signal loses nothing', async 
   assert.equal(events.filter((e) => e === 'model').length, 1);
   assert.equal(events.filter((e) => e === 'sent').length, 1);
 });
+
+test('DEP_01 waitFor keeps jobs that were done at once', async () => {
+  const file = tempDb();
+  const q = newQueue(file);
+  q.settings({ dedupe: '1h' });
+  q.addMany(['child', 'child'], { ids: ['c1', 'c2'] });
+  assert.deepEqual(await q.drain((payload, run) => run.id), { done: 2, failed: 0, retried: 0 });
+  q.add('parent', { id: 'parent' });
+  let got = null;
+  const working = q.work(async (payload, run) => {
+    got = await run.waitFor(['c1', 'c2']); // both done already
+    return { got, go: await run.waitSignal('go') };
+  }, { poll: 50 });
+  await until(() => q.get('parent').state === 'blocked', 'the parent to wait for its signal');
+  const other = tinyq.open(file); // sweeps with its clock past the children's dedupe
+  const sweepAt = (ms) => {
+    value(other, 'SELECT tq_clock(?)', ms);
+    value(other, 'SELECT tq_sweep()');
+    value(other, 'SELECT tq_clock(NULL)');
+  };
+  try {
+    sweepAt(Date.now() + 2 * 3600000);
+    assert.deepEqual(['c1', 'c2'].map((id) => stateOf(q, id)), ['done', 'done']); // kept while the parent waits
+    q.signal('go', 'now');
+    await until(() => stateOf(q, 'parent') === 'done', 'the parent to finish');
+    assert.deepEqual(q.get('parent').result, { got: ['c1', 'c2'], go: 'now' });
+    sweepAt(Date.now() + 2 * 3600000);
+    assert.deepEqual(['c1', 'c2'].map((id) => q.get(id)), [null, null]); // swept once it has finished
+  } finally {
+    other.close();
+    await q.stop();
+    await working;
+  }
+});
