@@ -238,10 +238,12 @@ export class Run {
    * cancelled fails this job. */
   waitFor<R = unknown>(ids: string | string[]): Promise<R[]>;
   /** The payload of the signal `name` (Queue.signal, tq_signal), or null once `timeout` has
-   * passed (omitted: waits for ever). Until it comes the job is blocked, as in waitFor. */
+   * passed (omitted: waits for ever). Until it comes the job is blocked, as in waitFor.
+   * A second waitSignal of one name in a job throws (its steps would answer it at once). */
   waitSignal<T = unknown>(name: string, timeout?: Duration): Promise<T | null>;
   /** A durable sleep: resolves once `duration` has passed since the first attempt that reached
-   * it (its wake time is the step 'sleep:<name>'); until then the job snoozes without its worker. */
+   * it (its wake time is the step 'sleep:<name>'); until then the job snoozes without its worker.
+   * A second sleep of one name in a job throws (its wake time has passed): number them. */
   sleep(name: string, duration: Duration): Promise<void>;
   /** Ends this attempt; runs again after `delay` (default: the backoff). Counts. */
   retry(delay?: Duration): never;

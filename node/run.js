@@ -51,6 +51,7 @@ class Run {
     this._ended = null; // why this attempt is over for the worker (ENDED)
     this._toldEnded = false;
     this._steps = new Map(); // answers this attempt read or kept, as stored
+    this._waitNames = new Set(); // the sleep: and signal: steps this attempt's waits used
   }
 
   /** A connection of this handler's own, for its SQL (opened on first use): a transaction it
@@ -175,9 +176,11 @@ class Run {
   }
 
   /** The payload of the signal `name` (tq_signal); until it comes the job waits for it
-   * (blocked), at most `timeout` (a duration; omitted: for ever), then null. */
+   * (blocked), at most `timeout` (a duration; omitted: for ever), then null. A second wait
+   * of one name in a job throws (_newWait). */
   async waitSignal(name, timeout) {
     const [payloadStep, untilStep] = waits.signalSteps(name);
+    this._newWait('waitSignal', payloadStep, name);
     const [kept] = rows(this._db, waits.STEP_ROW, this.id, payloadStep);
     if (kept) return decode(kept.value);
     const now = one(this._db, waits.NOW);
@@ -188,11 +191,25 @@ class Run {
   }
 
   /** A durable sleep: resolves once `duration` has passed since the first attempt that
-   * reached it (its wake time is the step `sleep:<name>`); until then the job snoozes. */
+   * reached it (its wake time is the step `sleep:<name>`); until then the job snoozes. A
+   * second sleep of one name in a job throws (_newWait). */
   async sleep(name, duration) {
     const now = one(this._db, waits.NOW);
-    const until = await this.step(waits.sleepStep(name), () => now + waits.durationMs(duration, 'sleep'));
+    const step = waits.sleepStep(name);
+    this._newWait('sleep', step, name);
+    const until = await this.step(step, () => now + waits.durationMs(duration, 'sleep'));
     if (now < until) throw new Outcome('snooze', until - now);
+  }
+
+  /** A sleep or signal wait keeps its state in steps named after it, so a second one of
+   * the same name in a job would return at once (the first one's wake time or timeout):
+   * refused. Counted per attempt: a replay makes the same calls again, each once. */
+  _newWait(call, step, name) {
+    if (this._waitNames.has(step)) {
+      throw new Error(`run.${call}: the name '${name}' was used already by this job: each sleep and signal wait `
+        + `needs a name of its own (e.g. '${name}-' + n)`);
+    }
+    this._waitNames.add(step);
   }
 
   /** End this attempt; run again after `delay` (default: the backoff). Counts. */

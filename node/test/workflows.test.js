@@ -198,3 +198,38 @@ test('DEP_01 waitFor keeps jobs that were done at once', async () => {
     await working;
   }
 });
+
+test('a second sleep or signal wait of one name in a job is an error; a replay is no second use', async () => {
+  const q = newQueue();
+  q.add('spins', { id: 'spins', attempts: 1 });
+  q.add('times-out', { id: 'times-out', attempts: 1 });
+  q.add('named', { id: 'named', attempts: 1 });
+  const runs = { named: 0 };
+  const working = q.work(async (payload, run) => {
+    if (payload === 'spins') {
+      for (let n = 0; n < 3; n += 1) await run.sleep('poll', 5); // sleeps once, then would spin
+      return 'spun';
+    }
+    if (payload === 'times-out') {
+      await run.waitSignal('go', 5); // null after 5 ms
+      return run.waitSignal('go'); // would return null at once, missing a later signal
+    }
+    runs.named += 1;
+    for (let n = 0; n < 3; n += 1) await run.sleep(`poll-${n}`, 5);
+    return [await run.waitSignal('go-1', 5), await run.waitSignal('go-2', 5)];
+  }, { poll: 50 });
+  try {
+    await until(() => ['spins', 'times-out', 'named'].every((id) => ['done', 'failed'].includes(stateOf(q, id))),
+      'the three jobs to finish');
+  } finally {
+    await q.stop();
+    await working;
+  }
+  assert.equal(stateOf(q, 'spins'), 'failed');
+  assert.equal(q.get('spins').error, "Error: run.sleep: the name 'poll' was used already by this job: "
+    + "each sleep and signal wait needs a name of its own (e.g. 'poll-' + n)");
+  assert.equal(stateOf(q, 'times-out'), 'failed');
+  assert.match(q.get('times-out').error, /run\.waitSignal: the name 'go' was used already by this job/);
+  assert.deepEqual([stateOf(q, 'named'), q.get('named').result], ['done', [null, null]]);
+  assert.ok(runs.named >= 6, `each wait ended an attempt, the replays went through: ${runs.named} runs`);
+});
