@@ -22,6 +22,10 @@ const { Cancelled, Outcome, Run } = require('./run.js');
 const { inHandlerOf, workLoop } = require('./worker.js');
 const { drain } = require('./drain.js');
 
+/** A count or a flag as a number: a Database of yours may read integers as BigInt
+ * (better-sqlite3's defaultSafeIntegers, node:sqlite's readBigInts). */
+const int = (value) => (typeof value === 'bigint' ? Number(value) : value);
+
 // -- the queue -------------------------------------------------------------------------
 
 // Many adds, one statement: each element of the JSON array is a payload as stored (text), or
@@ -103,17 +107,17 @@ class Queue {
     const args = [name, encode(payload)].concat(o === null ? [] : [o]);
     const woken = one(this.db, `SELECT tq_signal(${args.map(() => '?').join(', ')})`, ...args);
     this._wake(); // a worker of this Queue claims the jobs it woke without waiting for its poll
-    return woken;
+    return int(woken);
   }
 
   /** Remove a scheduled, waiting, blocked or running job; false when there was nothing to cancel. */
   cancel(id) {
-    return one(this.db, 'SELECT tq_cancel(?)', id) === 1;
+    return int(one(this.db, 'SELECT tq_cancel(?)', id)) === 1;
   }
 
   /** Make a failed job waiting again with a fresh attempt budget. */
   retry(id) {
-    return one(this.db, 'SELECT tq_retry(?)', id) === 1;
+    return int(one(this.db, 'SELECT tq_retry(?)', id)) === 1;
   }
 
   /** This queue's state changes with seq > since, oldest first. */
@@ -149,13 +153,13 @@ class Queue {
 
   /** Remove the schedule `name`; false when there was none. Its jobs already added stay. */
   unschedule(name) {
-    return one(this.db, 'SELECT tq_unschedule(?)', name) === 1;
+    return int(one(this.db, 'SELECT tq_unschedule(?)', name)) === 1;
   }
 
   /** This queue's schedules (tq_schedules), by name. */
   schedules() {
     return rows(this.db, 'SELECT name, queue, "when", tz, next_at, last_at, last_id, paused FROM tq_schedules WHERE queue = ?',
-      this.name).map((s) => ({ ...s, paused: s.paused === 1 }));
+      this.name).map((s) => ({ ...s, paused: int(s.paused) === 1 }));
   }
 
   /**
