@@ -2,7 +2,7 @@
 // What a handler gets besides its payload (Run) and what it throws to end an attempt
 // (Outcome, Cancelled).
 const { adapterOf } = require('./drivers.js');
-const { decode, encode, isBusy, one, rows } = require('./sql.js');
+const { decode, encode, errorText, isBusy, one, rows } = require('./sql.js');
 const waits = require('./waits.js');
 
 // -- a run: what a handler gets besides its payload ------------------------------------
@@ -116,7 +116,8 @@ class Run {
     }
   }
 
-  /** The answer kept under `name` by any attempt; else `await fn()`, kept as JSON. */
+  /** The answer kept under `name` by any attempt; else `await fn()`, kept as JSON (an
+   * answer JSON cannot hold fails the job for good: stepText). */
   async step(name, fn) {
     if (this._ended !== null) {
       throw new Cancelled(`step "${name}" not kept: attempt ${this.attempt} of ${this.id} is over (${ENDED[this._ended]})`);
@@ -124,7 +125,7 @@ class Run {
     let kept = this._keptHere(name);
     if (kept === undefined) kept = one(this._inOwnTransaction() || this._db, 'SELECT tq_step_get(?, ?)', this.id, name);
     if (kept === null) {
-      const value = JSON.stringify((await fn()) ?? null);
+      const value = stepText(name, await fn());
       const own = this._inOwnTransaction(); // the handler's transaction: the put is in it
       kept = own !== null
         ? one(own, 'SELECT tq_step_put(?, ?, ?, ?)', this.id, this.attempt, name, value)
@@ -225,6 +226,18 @@ class Run {
   /** Fail the job for good now, with `reason` as its error. */
   fail(reason) {
     throw new Outcome('fail', String(reason));
+  }
+}
+
+/** A step's answer as stored JSON. One that has none (a BigInt, a circular object) fails the
+ * job for good: its function has run, and a retry would run it (and its side effect) again;
+ * a placeholder kept instead would give a replay something else than this attempt got. */
+function stepText(name, answer) {
+  try {
+    return JSON.stringify(answer ?? null) ?? 'null'; // a function or a symbol: null, as in an array
+  } catch (err) {
+    throw new Outcome('fail', `run.step '${name}': its answer cannot be stored as JSON (${errorText(err)}): `
+      + 'the job fails rather than run the step again (return what JSON can hold: a BigInt as text, no cycles)');
   }
 }
 
