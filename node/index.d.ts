@@ -186,6 +186,14 @@ export interface WorkOptions {
   prefetch?: 'auto' | number;
 }
 
+/** What Queue.drain resolves with: `done` and `failed` count jobs that ended so, `retried`
+ * the attempts that ended in an error or run.retry while the job had tries left. */
+export interface DrainSummary {
+  done: number;
+  failed: number;
+  retried: number;
+}
+
 export interface StopOptions {
   /** How long to wait for the jobs in flight, in ms (as long as they run). */
   timeout?: number;
@@ -230,10 +238,12 @@ export class Run {
    * cancelled fails this job. */
   waitFor<R = unknown>(ids: string | string[]): Promise<R[]>;
   /** The payload of the signal `name` (Queue.signal, tq_signal), or null once `timeout` has
-   * passed (omitted: waits for ever). Until it comes the job is blocked, as in waitFor. */
+   * passed (omitted: waits for ever). Until it comes the job is blocked, as in waitFor.
+   * A second waitSignal of one name in a job throws (its steps would answer it at once). */
   waitSignal<T = unknown>(name: string, timeout?: Duration): Promise<T | null>;
   /** A durable sleep: resolves once `duration` has passed since the first attempt that reached
-   * it (its wake time is the step 'sleep:<name>'); until then the job snoozes without its worker. */
+   * it (its wake time is the step 'sleep:<name>'); until then the job snoozes without its worker.
+   * A second sleep of one name in a job throws (its wake time has passed): number them. */
   sleep(name: string, duration: Duration): Promise<void>;
   /** Ends this attempt; runs again after `delay` (default: the backoff). Counts. */
   retry(delay?: Duration): never;
@@ -289,6 +299,10 @@ export class Queue<P = any, D extends SqliteDatabase = SqliteDatabase> {
   schedules(): Schedule[];
   /** Runs `handler` for this queue's jobs until stop(); resolves with how many it handled. */
   work<R = unknown>(handler: Handler<P, R>, options?: WorkOptions): Promise<number>;
+  /** work() until no job of this queue is running and none is due now (one scheduled later
+   * is not waited for); resolves with how the attempts it ran ended. Throws when this Queue
+   * is already working. */
+  drain<R = unknown>(handler: Handler<P, R>, options?: WorkOptions): Promise<DrainSummary>;
   /** Claims nothing more; resolves once the jobs in flight have settled (with 0 at once,
    * called from one of this queue's handlers: it would wait for that handler). `timeout` (ms)
    * bounds the wait: then the handlers still running are abandoned (logged, signal aborted;

@@ -20,6 +20,11 @@ const { close, decode, encode, extensionPath, load, one, open, options, rows, tr
 const { adapterOf } = require('./drivers.js');
 const { Cancelled, Outcome, Run } = require('./run.js');
 const { inHandlerOf, workLoop } = require('./worker.js');
+const { drain } = require('./drain.js');
+
+/** A count or a flag as a number: a Database of yours may read integers as BigInt
+ * (better-sqlite3's defaultSafeIntegers, node:sqlite's readBigInts). */
+const int = (value) => (typeof value === 'bigint' ? Number(value) : value);
 
 // -- the queue -------------------------------------------------------------------------
 
@@ -102,17 +107,17 @@ class Queue {
     const args = [name, encode(payload)].concat(o === null ? [] : [o]);
     const woken = one(this.db, `SELECT tq_signal(${args.map(() => '?').join(', ')})`, ...args);
     this._wake(); // a worker of this Queue claims the jobs it woke without waiting for its poll
-    return woken;
+    return int(woken);
   }
 
   /** Remove a scheduled, waiting, blocked or running job; false when there was nothing to cancel. */
   cancel(id) {
-    return one(this.db, 'SELECT tq_cancel(?)', id) === 1;
+    return int(one(this.db, 'SELECT tq_cancel(?)', id)) === 1;
   }
 
   /** Make a failed job waiting again with a fresh attempt budget. */
   retry(id) {
-    return one(this.db, 'SELECT tq_retry(?)', id) === 1;
+    return int(one(this.db, 'SELECT tq_retry(?)', id)) === 1;
   }
 
   /** This queue's state changes with seq > since, oldest first. */
@@ -148,13 +153,13 @@ class Queue {
 
   /** Remove the schedule `name`; false when there was none. Its jobs already added stay. */
   unschedule(name) {
-    return one(this.db, 'SELECT tq_unschedule(?)', name) === 1;
+    return int(one(this.db, 'SELECT tq_unschedule(?)', name)) === 1;
   }
 
   /** This queue's schedules (tq_schedules), by name. */
   schedules() {
     return rows(this.db, 'SELECT name, queue, "when", tz, next_at, last_at, last_id, paused FROM tq_schedules WHERE queue = ?',
-      this.name).map((s) => ({ ...s, paused: s.paused === 1 }));
+      this.name).map((s) => ({ ...s, paused: int(s.paused) === 1 }));
   }
 
   /**
@@ -176,6 +181,21 @@ class Queue {
       this._wake = () => {};
     });
     return this._working;
+  }
+
+  /**
+   * work(handler, opts) until no job of this queue is running and none is due now; resolves
+   * with { done, failed, retried }, how the attempts it ran ended (an error or run.retry is
+   * retried while the job had tries left, else failed). For scripts, cron runs and tests: it
+   * runs the jobs that are due and those that become due while it runs (jobs the handlers
+   * add, dependents a finished job unblocks, retries and scheduled jobs whose time comes while
+   * other jobs still run). It does not wait for a job due later once nothing else runs (a
+   * retry's backoff, delay, at): that job stays scheduled. A paused queue's waiting jobs are
+   * not waited for. The same options as work(); stop() and signals end it early.
+   */
+  drain(handler, opts = {}) {
+    if (this._working) throw new Error('this Queue is already working'); // else it would stop that work()
+    return drain(this, handler, opts);
   }
 
   /** Claim nothing more; the promise resolves once work() has finished its jobs in flight

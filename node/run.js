@@ -2,7 +2,7 @@
 // What a handler gets besides its payload (Run) and what it throws to end an attempt
 // (Outcome, Cancelled).
 const { adapterOf } = require('./drivers.js');
-const { decode, encode, isBusy, one, rows } = require('./sql.js');
+const { decode, encode, errorText, isBusy, one, rows } = require('./sql.js');
 const waits = require('./waits.js');
 
 // -- a run: what a handler gets besides its payload ------------------------------------
@@ -51,6 +51,7 @@ class Run {
     this._ended = null; // why this attempt is over for the worker (ENDED)
     this._toldEnded = false;
     this._steps = new Map(); // answers this attempt read or kept, as stored
+    this._waitNames = new Set(); // the sleep: and signal: steps this attempt's waits used
   }
 
   /** A connection of this handler's own, for its SQL (opened on first use): a transaction it
@@ -115,7 +116,8 @@ class Run {
     }
   }
 
-  /** The answer kept under `name` by any attempt; else `await fn()`, kept as JSON. */
+  /** The answer kept under `name` by any attempt; else `await fn()`, kept as JSON (an
+   * answer JSON cannot hold fails the job for good: stepText). */
   async step(name, fn) {
     if (this._ended !== null) {
       throw new Cancelled(`step "${name}" not kept: attempt ${this.attempt} of ${this.id} is over (${ENDED[this._ended]})`);
@@ -123,7 +125,7 @@ class Run {
     let kept = this._keptHere(name);
     if (kept === undefined) kept = one(this._inOwnTransaction() || this._db, 'SELECT tq_step_get(?, ?)', this.id, name);
     if (kept === null) {
-      const value = JSON.stringify((await fn()) ?? null);
+      const value = stepText(name, await fn());
       const own = this._inOwnTransaction(); // the handler's transaction: the put is in it
       kept = own !== null
         ? one(own, 'SELECT tq_step_put(?, ?, ?, ?)', this.id, this.attempt, name, value)
@@ -162,19 +164,24 @@ class Run {
 
   /** The results of the jobs `ids`, in order, once every one is done; until then the job
    * waits for them (blocked) and runs again when they have finished. One that failed for
-   * good or was cancelled fails this job, its error naming it. */
+   * good or was cancelled fails this job, its error naming it. Jobs already done the first
+   * time are linked to this job (a 'wait' that makes it due again at once), so that they
+   * are kept until it has finished (DEP-01). */
   async waitFor(ids) {
     const list = waits.waitIds(ids);
     const found = new Map(rows(this._db, waits.JOBS_OF, JSON.stringify(list)).map((r) => [r.id, r.job]));
-    const { outcome, results } = waits.afterResults(list, found);
+    const linked = new Set(rows(this._db, waits.LINKED, this.id).map((r) => r.id));
+    const { outcome, results } = waits.afterResults(list, found, linked);
     if (outcome) throw new Outcome(...outcome);
     return results;
   }
 
   /** The payload of the signal `name` (tq_signal); until it comes the job waits for it
-   * (blocked), at most `timeout` (a duration; omitted: for ever), then null. */
+   * (blocked), at most `timeout` (a duration; omitted: for ever), then null. A second wait
+   * of one name in a job throws (_newWait). */
   async waitSignal(name, timeout) {
     const [payloadStep, untilStep] = waits.signalSteps(name);
+    this._newWait('waitSignal', payloadStep, name);
     const [kept] = rows(this._db, waits.STEP_ROW, this.id, payloadStep);
     if (kept) return decode(kept.value);
     const now = one(this._db, waits.NOW);
@@ -185,11 +192,25 @@ class Run {
   }
 
   /** A durable sleep: resolves once `duration` has passed since the first attempt that
-   * reached it (its wake time is the step `sleep:<name>`); until then the job snoozes. */
+   * reached it (its wake time is the step `sleep:<name>`); until then the job snoozes. A
+   * second sleep of one name in a job throws (_newWait). */
   async sleep(name, duration) {
     const now = one(this._db, waits.NOW);
-    const until = await this.step(waits.sleepStep(name), () => now + waits.durationMs(duration, 'sleep'));
+    const step = waits.sleepStep(name);
+    this._newWait('sleep', step, name);
+    const until = await this.step(step, () => now + waits.durationMs(duration, 'sleep'));
     if (now < until) throw new Outcome('snooze', until - now);
+  }
+
+  /** A sleep or signal wait keeps its state in steps named after it, so a second one of
+   * the same name in a job would return at once (the first one's wake time or timeout):
+   * refused. Counted per attempt: a replay makes the same calls again, each once. */
+  _newWait(call, step, name) {
+    if (this._waitNames.has(step)) {
+      throw new Error(`run.${call}: the name '${name}' was used already by this job: each sleep and signal wait `
+        + `needs a name of its own (e.g. '${name}-' + n)`);
+    }
+    this._waitNames.add(step);
   }
 
   /** End this attempt; run again after `delay` (default: the backoff). Counts. */
@@ -205,6 +226,18 @@ class Run {
   /** Fail the job for good now, with `reason` as its error. */
   fail(reason) {
     throw new Outcome('fail', String(reason));
+  }
+}
+
+/** A step's answer as stored JSON. One that has none (a BigInt, a circular object) fails the
+ * job for good: its function has run, and a retry would run it (and its side effect) again;
+ * a placeholder kept instead would give a replay something else than this attempt got. */
+function stepText(name, answer) {
+  try {
+    return JSON.stringify(answer ?? null) ?? 'null'; // a function or a symbol: null, as in an array
+  } catch (err) {
+    throw new Outcome('fail', `run.step '${name}': its answer cannot be stored as JSON (${errorText(err)}): `
+      + 'the job fails rather than run the step again (return what JSON can hold: a BigInt as text, no cycles)');
   }
 }
 

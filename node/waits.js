@@ -7,6 +7,8 @@
 // Each id of a JSON array with its job (tq_get: NULL when there is none).
 const JOBS_OF = 'SELECT value AS id, tq_get(value) AS job FROM json_each(?)';
 const NOW = 'SELECT tq_now()';
+// The jobs a job waits or waited for: linked to it by an edge.
+const LINKED = 'SELECT id FROM tq_deps(?)';
 // A step as a row: a signal sent without a payload keeps the step with a NULL value, which
 // tq_step_get cannot tell from no step at all (a timeout).
 const STEP_ROW = 'SELECT value FROM tq_steps(?) WHERE name = ?';
@@ -28,19 +30,23 @@ function waitIds(ids) {
   return list;
 }
 
-/** The results of `ids` (in order) once all are done; else the outcome that ends the
- * attempt: ['wait', ...] for those not finished, or ['fail', ...] (a dependency's default
- * after_failed) when one failed for good or is gone (a cancelled job is removed, with its
- * edges: it cannot be told from an id never added). `found`: id -> tq_get text. */
-function afterResults(ids, found) {
+/** The results of `ids` (in order) once all are done and linked to this job; else the
+ * outcome that ends the attempt: ['wait', ...] for those not finished or not linked yet, or
+ * ['fail', ...] (a dependency's default after_failed) when one failed for good or is gone (a
+ * cancelled job is removed, with its edges: it cannot be told from an id never added).
+ * `found`: id -> tq_get text; `linked`: the ids of tq_deps(this job). A job waited for is
+ * kept while this one has not finished only through its edge (DEP-01), so jobs done before
+ * the first waitFor are linked too by a 'wait' for them: the extension links done jobs and
+ * makes this job due again at once, and the replay finds them linked and returns. */
+function afterResults(ids, found, linked) {
   const jobs = new Map([...found].map(([id, text]) => [id, text === null ? null : JSON.parse(text)]));
   for (const id of ids) {
     const job = jobs.get(id);
     if (job === null) return { outcome: ['fail', `dependency '${id}' is gone: cancelled, or never added`] };
     if (job.state === 'failed') return { outcome: ['fail', `dependency '${id}' failed: ${job.error}`] };
   }
-  const unfinished = ids.filter((id) => !['done', 'failed'].includes(jobs.get(id).state));
-  if (unfinished.length) return { outcome: ['wait', JSON.stringify({ after: unfinished })] };
+  const waited = [...new Set(ids.filter((id) => jobs.get(id).state !== 'done' || !linked.has(id)))];
+  if (waited.length) return { outcome: ['wait', JSON.stringify({ after: waited })] };
   return { results: ids.map((id) => jobs.get(id).result ?? null) };
 }
 
@@ -64,4 +70,4 @@ function sleepStep(name) {
   return `sleep:${name}`;
 }
 
-module.exports = { JOBS_OF, NOW, STEP_ROW, durationMs, waitIds, afterResults, signalSteps, signalWait, sleepStep };
+module.exports = { JOBS_OF, LINKED, NOW, STEP_ROW, durationMs, waitIds, afterResults, signalSteps, signalWait, sleepStep };

@@ -96,3 +96,37 @@ test('cancel, retry, watch and settings', () => {
   assert.deepEqual(q.watch(events[4].seq).map((e) => e.state), ['waiting']);
   q.close();
 });
+
+/** A better-sqlite3 Database, or null where it does not open (Bun). */
+function betterSqlite3(file) {
+  try {
+    return new (require('better-sqlite3'))(file);
+  } catch {
+    return null;
+  }
+}
+
+test('a Database that reads integers as BigInt: cancel, retry, unschedule, schedules, signal', (t) => {
+  const plain = betterSqlite3(tempDb());
+  if (plain === null) return t.skip('better-sqlite3 does not open here');
+  const db = tinyq.load(plain);
+  db.defaultSafeIntegers(true); // every integer it reads is a BigInt
+  try {
+    const q = new tinyq.Queue(db, 'mail');
+    q.add('x', { id: 'gone' });
+    assert.equal(q.cancel('gone'), true);
+    assert.equal(q.cancel('gone'), false);
+    q.add('y', { id: 'broken', attempts: 1 });
+    value(db, "SELECT tq_settle(id, attempt, 'fail', 'down') FROM tq_claim('mail', 'w', 1)");
+    assert.equal(q.get('broken').state, 'failed');
+    assert.equal(q.retry('broken'), true);
+    assert.equal(q.retry('broken'), false);
+    q.schedule('digest', '@daily', 'd', { paused: true });
+    assert.equal(q.schedules()[0].paused, true);
+    assert.equal(q.unschedule('digest'), true);
+    assert.equal(q.unschedule('digest'), false);
+    assert.equal(q.signal('go', 'now'), 0);
+  } finally {
+    db.close();
+  }
+});

@@ -574,3 +574,26 @@ test('a handler that ends while the claim commits is settled without waiting for
     await working;
   }
 });
+
+test('a step whose answer cannot be stored fails the job for good: its function runs once', async () => {
+  const q = newQueue();
+  q.settings({ backoff: 0 }); // a retry would be due at once
+  q.add('bigint', { id: 'bigint', attempts: 3 });
+  q.add('cycle', { id: 'cycle', attempts: 3 });
+  const calls = { bigint: 0, cycle: 0 };
+  const summary = await q.drain(async (payload, run) => {
+    await run.step('charge', () => {
+      calls[payload] += 1; // the side effect
+      if (payload === 'bigint') return 10n;
+      const receipt = { id: 7 };
+      receipt.self = receipt;
+      return receipt;
+    });
+    return 'charged';
+  });
+  assert.deepEqual(calls, { bigint: 1, cycle: 1 });
+  assert.deepEqual(summary, { done: 0, failed: 2, retried: 0 });
+  assert.match(q.get('bigint').error, /^run\.step 'charge': its answer cannot be stored as JSON \(TypeError: .*BigInt.*\): /);
+  assert.match(q.get('cycle').error, /^run\.step 'charge': its answer cannot be stored as JSON \(TypeError: .*circular/);
+  assert.deepEqual(all(q.db, 'SELECT name FROM tq_steps(?)', 'bigint'), []);
+});

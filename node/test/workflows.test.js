@@ -164,3 +164,72 @@ test('a worker SIGKILLed while its job waits for a signal loses nothing', async 
   assert.equal(events.filter((e) => e === 'model').length, 1);
   assert.equal(events.filter((e) => e === 'sent').length, 1);
 });
+
+test('DEP_01 waitFor keeps jobs that were done at once', async () => {
+  const file = tempDb();
+  const q = newQueue(file);
+  q.settings({ dedupe: '1h' });
+  q.addMany(['child', 'child'], { ids: ['c1', 'c2'] });
+  assert.deepEqual(await q.drain((payload, run) => run.id), { done: 2, failed: 0, retried: 0 });
+  q.add('parent', { id: 'parent' });
+  let got = null;
+  const working = q.work(async (payload, run) => {
+    got = await run.waitFor(['c1', 'c2']); // both done already
+    return { got, go: await run.waitSignal('go') };
+  }, { poll: 50 });
+  await until(() => q.get('parent').state === 'blocked', 'the parent to wait for its signal');
+  const other = tinyq.open(file); // sweeps with its clock past the children's dedupe
+  const sweepAt = (ms) => {
+    value(other, 'SELECT tq_clock(?)', ms);
+    value(other, 'SELECT tq_sweep()');
+    value(other, 'SELECT tq_clock(NULL)');
+  };
+  try {
+    sweepAt(Date.now() + 2 * 3600000);
+    assert.deepEqual(['c1', 'c2'].map((id) => stateOf(q, id)), ['done', 'done']); // kept while the parent waits
+    q.signal('go', 'now');
+    await until(() => stateOf(q, 'parent') === 'done', 'the parent to finish');
+    assert.deepEqual(q.get('parent').result, { got: ['c1', 'c2'], go: 'now' });
+    sweepAt(Date.now() + 2 * 3600000);
+    assert.deepEqual(['c1', 'c2'].map((id) => q.get(id)), [null, null]); // swept once it has finished
+  } finally {
+    other.close();
+    await q.stop();
+    await working;
+  }
+});
+
+test('a second sleep or signal wait of one name in a job is an error; a replay is no second use', async () => {
+  const q = newQueue();
+  q.add('spins', { id: 'spins', attempts: 1 });
+  q.add('times-out', { id: 'times-out', attempts: 1 });
+  q.add('named', { id: 'named', attempts: 1 });
+  const runs = { named: 0 };
+  const working = q.work(async (payload, run) => {
+    if (payload === 'spins') {
+      for (let n = 0; n < 3; n += 1) await run.sleep('poll', 5); // sleeps once, then would spin
+      return 'spun';
+    }
+    if (payload === 'times-out') {
+      await run.waitSignal('go', 5); // null after 5 ms
+      return run.waitSignal('go'); // would return null at once, missing a later signal
+    }
+    runs.named += 1;
+    for (let n = 0; n < 3; n += 1) await run.sleep(`poll-${n}`, 5);
+    return [await run.waitSignal('go-1', 5), await run.waitSignal('go-2', 5)];
+  }, { poll: 50 });
+  try {
+    await until(() => ['spins', 'times-out', 'named'].every((id) => ['done', 'failed'].includes(stateOf(q, id))),
+      'the three jobs to finish');
+  } finally {
+    await q.stop();
+    await working;
+  }
+  assert.equal(stateOf(q, 'spins'), 'failed');
+  assert.equal(q.get('spins').error, "Error: run.sleep: the name 'poll' was used already by this job: "
+    + "each sleep and signal wait needs a name of its own (e.g. 'poll-' + n)");
+  assert.equal(stateOf(q, 'times-out'), 'failed');
+  assert.match(q.get('times-out').error, /run\.waitSignal: the name 'go' was used already by this job/);
+  assert.deepEqual([stateOf(q, 'named'), q.get('named').result], ['done', [null, null]]);
+  assert.ok(runs.named >= 6, `each wait ended an attempt, the replays went through: ${runs.named} runs`);
+});

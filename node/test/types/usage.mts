@@ -1,5 +1,5 @@
 // Type-checked (never run) by test/types.test.js: what a TypeScript user writes, from ESM.
-import { Queue, open, Outcome, type Run, type Job } from 'tinyq';
+import { Queue, open, Outcome, type Run, type Job, type DrainSummary } from 'tinyq';
 
 interface Reply { messageId: number }
 
@@ -20,6 +20,8 @@ const handled: Promise<number> = replies.work(async (payload, run: Run) => {
   return { sent: text.length > 0 };
 }, { concurrency: 4, handleSignals: true, errors: 'class', prefetch: 'auto' });
 void handled;
+const drained: Promise<DrainSummary> = replies.drain(async (payload) => payload.messageId, { concurrency: 8 });
+void drained.then((s) => s.done + s.failed + s.retried);
 const db = open('app.db');
 new Queue(db, 'other').watch(0).forEach((e) => e.state === 'progress');
 const digest = replies.schedule('digest', '0 9 * * mon', { messageId: 0 }, { tz: 'Europe/Paris', missed: 'skip' });
