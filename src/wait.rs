@@ -79,17 +79,20 @@ fn next_due(conn: &Conn, queue: &str, now: i64) -> Result<Option<i64>> {
     Ok([clock, rate_frees, schedule::next_at(conn, queue)?, bound, timeout].into_iter().flatten().min())
 }
 
-/// A queue with no job in line, scheduled, running or waiting for a signal (with its
-/// timeout), and no live schedule: no job of it is claimable, and none becomes so by the
-/// clock alone (rate and group windows, leases, bounds and timeouts all need such a job);
-/// only a commit can change that, and the waiter looks again after each. Four index seeks:
-/// a waiter of many queues looks at the idle ones at little cost.
+/// A queue with no job in line, scheduled, running, waiting for a signal (with its
+/// timeout) or blocked with an `expires` (it ends at its bound: EXP-01), and no live
+/// schedule: no job of it is claimable, and none becomes so by the clock alone (rate and
+/// group windows, leases, bounds and timeouts all need such a job); only a commit can
+/// change that, and the waiter looks again after each. Six index seeks: a waiter of many
+/// queues looks at the idle ones at little cost.
 fn quiet(conn: &Conn, queue: &str) -> Result<bool> {
     let busy = conn.one_int(
         "SELECT EXISTS (SELECT 1 FROM tinyq_jobs WHERE queue = ?1 AND status = 'queued')
              OR EXISTS (SELECT 1 FROM tinyq_jobs WHERE queue = ?1 AND status = 'scheduled')
              OR EXISTS (SELECT 1 FROM tinyq_jobs WHERE queue = ?1 AND status = 'running')
              OR EXISTS (SELECT 1 FROM tinyq_jobs WHERE queue = ?1 AND signal IS NOT NULL)
+             OR EXISTS (SELECT 1 FROM tinyq_jobs WHERE queue = ?1 AND start_by IS NOT NULL
+                          AND (status = 'scheduled' OR status = 'queued' OR status = 'blocked'))
              OR EXISTS (SELECT 1 FROM tinyq_schedules WHERE queue = ?1 AND paused = 0)",
         &[&queue],
     )?;

@@ -6,6 +6,7 @@ waits for a condition on the real clock (no timed assertion).
 """
 import json
 import sqlite3
+import time
 
 import pytest
 
@@ -299,3 +300,16 @@ def test_EXP_01_a_blocked_job_expires_at_its_bound(db, on):
     assert [e for e in events_of(db, "j") if e[0] == "failed"] == [("failed", "expired")]
     assert one(db, "SELECT count(*) FROM tinyq_deps d JOIN tinyq_jobs j ON j.seq = d.dep"
                    " WHERE j.id = 'dep' AND d.resolved IS NOT 2") == 0  # 'dep' is no longer held by 'j'
+
+
+def test_EXP_01_a_waiter_wakes_at_the_bound_of_a_job_blocked_on_after(db_path):
+    """A queue whose only job is blocked on `after` with an `expires` is not idle: tq_wait
+    wakes at the bound (returns 1 well before its own timeout), and the claim then ends it."""
+    conn = connect(db_path)
+    add(conn, "slow", "{}", id="dep")
+    add(conn, "q", "{}", id="j", expires="1s", after=["dep"])
+    started = time.monotonic()
+    assert one(conn, "SELECT tq_wait('q', '60s')") == 1
+    assert time.monotonic() - started < 45
+    assert claim(conn, "q") == []
+    assert (get(conn, "j")["state"], get(conn, "j")["error"]) == ("failed", "expired")
