@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from helpers import EXT, ROOT, one
+from helpers import DAY, EXT, ROOT, connect, one, pin, sweep_all
 
 sys.path.insert(0, os.path.join(ROOT, "python"))
 import tinyq  # noqa: E402
@@ -114,6 +114,40 @@ def test_a_child_that_fails_for_good_fails_the_parent_waiting_for_it(wf, helper)
     assert job["error"] == "dependency 'parent/1' failed: bad page", job
     assert len(events("start", "parent")) == 1 and not events("collected")
     assert [state(queue, "parent/%d" % n) for n in range(3)] == ["done", "failed", "done"]
+
+
+@pytest.mark.parametrize("helper", ("threads", "asyncio"))
+def test_DEP_01_wait_for_keeps_jobs_that_were_done_at_once(wf, helper):
+    """Children already done when their parent's handler first calls wait_for: they are kept
+    until the parent has finished, through a later wait_signal('7d') that outlasts their
+    dedupe (1 day): a sweep on a clock pinned 2 days on takes them not, and the replay after
+    the signal returns their results (before: swept, the parent failed, "... is gone")."""
+    queue, log, events = wf
+    ids = ["kid/0", "kid/1"]
+    for n, kid in enumerate(ids):
+        queue.add({"kind": "child", "n": n, "fail": False}, id=kid)
+    worker = workers(helper, queue, log)
+    try:
+        wait_for(lambda: all(state(queue, kid) == "done" for kid in ids), "the children to finish")
+        queue.add({"kind": "collect", "ids": ids, "signal": "approve"}, id="parent")
+        wait_for(lambda: ((queue.get("parent") or {}).get("blocked_on") or {}).get("signal") == "approve",
+                 "the parent to wait for its signal")
+        later = connect(queue.path)
+        try:
+            pin(later, one(later, "SELECT tq_now()") + 2 * DAY)     # past the children's dedupe
+            sweep_all(later)
+            assert [one(later, "SELECT tq_get(?) ->> 'state'", kid) for kid in ids] == ["done", "done"]
+        finally:
+            later.close()
+        assert queue.signal("approve", "yes") == 1
+        wait_for(lambda: state(queue, "parent") in ("done", "failed"), "the parent to finish")
+    finally:
+        worker.stop()
+    job = queue.get("parent")
+    assert (job["state"], job["result"]) == ("done", {"results": [0, 10], "approval": "yes"}), job
+    assert all(len(events("start", kid)) == 1 for kid in ids)
+    assert len(events("sent", "parent")) == 1
+    assert [d["id"] for d in queue.deps("parent")] == ids
 
 
 def test_add_after_blocks_a_job_until_its_dependencies_are_done(wf):
@@ -279,13 +313,27 @@ def test_wait_for_fails_the_job_on_a_failed_or_gone_dependency():
     done = json.dumps({"state": "done", "result": 1})
     failed = json.dumps({"state": "failed", "error": "boom"})
     with pytest.raises(tinyq.Outcome) as fail:
-        _waits.after_results(["a", "b"], {"a": done, "b": failed})
+        _waits.after_results(["a", "b"], [("a", done, 1), ("b", failed, 0)])
     assert (fail.value.outcome, fail.value.value) == ("fail", "dependency 'b' failed: boom")
     with pytest.raises(tinyq.Outcome) as gone:
-        _waits.after_results(["a", "b"], {"a": done, "b": None})
+        _waits.after_results(["a", "b"], [("a", done, 1), ("b", None, 0)])
     assert gone.value.value == "dependency 'b' is gone: cancelled, or never added"
-    assert _waits.after_results(["a", "a"], {"a": done}) == [1, 1]
-    assert _waits.after_results([], {}) == []
+    assert _waits.after_results(["a", "a"], [("a", done, 1), ("a", done, 1)]) == [1, 1]
+    assert _waits.after_results([], []) == []
+
+
+def test_DEP_01_wait_for_links_the_jobs_done_before_it_waits_once():
+    """A wait_for whose jobs are all done returns at once only once they are linked to the
+    waiting job (tq_deps); before, it waits for those not linked yet (done ones included)."""
+    done = json.dumps({"state": "done", "result": 1})
+    running = json.dumps({"state": "running"})
+    with pytest.raises(tinyq.Outcome) as first:
+        _waits.after_results(["a", "b", "a"], [("a", done, 0), ("b", done, 1), ("a", done, 0)])
+    assert (first.value.outcome, json.loads(first.value.value)) == ("wait", {"after": ["a"]})
+    with pytest.raises(tinyq.Outcome) as mixed:     # a done one waits with the unfinished
+        _waits.after_results(["a", "b"], [("a", done, 0), ("b", running, 0)])
+    assert json.loads(mixed.value.value) == {"after": ["a", "b"]}
+    assert _waits.after_results(["a", "b"], [("a", done, 1), ("b", done, 1)]) == [1, 1]
 
 
 # -- the fan-out / fan-in of docs/workflows.md, as printed there ------------------------------

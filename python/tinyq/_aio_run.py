@@ -60,7 +60,7 @@ class AsyncRun(RunBase):
     async def wait_for(self, ids: Any) -> List[Any]:
         """The results of the jobs `ids`, in order, once every one is done (as Run.wait_for)."""
         ids = wait_ids(ids)
-        return after_results(ids, dict(await self._db.call(_rows, JOBS_OF, json.dumps(ids))))
+        return after_results(ids, await self._db.call(_rows, JOBS_OF, self.id, json.dumps(ids)))
 
     async def wait_signal(self, name: str, timeout: Any = None) -> Any:
         """The payload of the signal `name`, or None after `timeout` (as Run.wait_signal)."""

@@ -14,7 +14,7 @@ from ._connection import _open_like, owned_open
 from ._context import stop_grace
 from ._drain import Tally, Watcher, counting
 from ._schedules import Schedules
-from ._sql import _decode, _encode, _one, _options, _rows
+from ._sql import _decode, _encode, _one, _options, _rows, implicit_begin
 from ._stopping import sooner
 from ._worker import Run, work_loop
 
@@ -25,8 +25,11 @@ class Queue(Schedules):
     `conn_or_path` is a path (the Queue opens its own connection with `tinyq.open`) or a
     connection of yours with tinyq loaded. The methods other than `work` run on that
     connection, in whatever transaction it is in: they never commit yours (`add_many` makes
-    its adds one transaction: its own in autocommit, a savepoint inside yours). `work` opens
-    a connection per thread to the same file.
+    its adds one transaction: its own in autocommit, a savepoint inside yours). Its writes
+    (add, add_many, signal, cancel, retry, settings, schedule...) join your transaction as an
+    INSERT would: on a sqlite3 connection in the module's default (legacy) mode they first
+    open the implicit transaction the module opens before an INSERT, so your rollback undoes
+    them (JOB-02). `work` opens a connection per thread to the same file.
 
     A connection the Queue opened itself is closed with it (close(), or when the Queue goes),
     closed before a fork() while idle and reopened in each process on its next use
@@ -53,6 +56,15 @@ class Queue(Schedules):
         """The connection the methods other than work() run on."""
         return self._conn if self._owned is None else self._owned.get()
 
+    def _writing(self) -> Any:
+        """The connection for a write. On a connection of the caller's, the sqlite3 module's
+        implicit transaction is opened first when an INSERT would open it (_sql.implicit_begin):
+        a bare SELECT tq_add(...) would commit on its own there (JOB-02)."""
+        conn = self.conn
+        if self._owned is None:
+            implicit_begin(conn)
+        return conn
+
     # -- jobs -------------------------------------------------------------------------
 
     def add(self, payload: Any, id: Optional[str] = None, delay: Any = None, at: Any = None,
@@ -76,8 +88,8 @@ class Queue(Schedules):
                            meta=meta, expires=expires, on_conflict=on_conflict, max_wait=max_wait,
                            after=after_list(after), after_failed=after_failed)
         if opts is None:
-            return _one(self.conn, "SELECT tq_add(?, ?)", self.name, _encode(payload))
-        return _one(self.conn, "SELECT tq_add(?, ?, ?)", self.name, _encode(payload), opts)
+            return _one(self._writing(), "SELECT tq_add(?, ?)", self.name, _encode(payload))
+        return _one(self._writing(), "SELECT tq_add(?, ?, ?)", self.name, _encode(payload), opts)
 
     def add_many(self, payloads: Iterable[Any], ids: Optional[Sequence[str]] = None, delay: Any = None,
                  at: Any = None, group: Optional[str] = None, priority: Optional[int] = None,
@@ -91,7 +103,7 @@ class Queue(Schedules):
         opts = add_options(delay=delay, at=at, group=group, priority=priority, attempts=attempts,
                            meta=meta, expires=expires, on_conflict=on_conflict, max_wait=max_wait,
                            after=after_list(after), after_failed=after_failed)
-        return add_many(self.conn, self.name, payloads, ids, opts)
+        return add_many(self._writing(), self.name, payloads, ids, opts)
 
     def get(self, id: str) -> Optional[Dict[str, Any]]:
         """The job as a dict (tq_get), or None when there is no such job."""
@@ -110,15 +122,15 @@ class Queue(Schedules):
         name is the whole store's."""
         options = _options(keep=keep)
         args = (name, _encode(payload)) + (() if options is None else (options,))
-        return _one(self.conn, "SELECT tq_signal(%s)" % ", ".join("?" * len(args)), *args)
+        return _one(self._writing(), "SELECT tq_signal(%s)" % ", ".join("?" * len(args)), *args)
 
     def cancel(self, id: str) -> bool:
         """Remove a scheduled, waiting, blocked or running job; False when there was nothing to cancel."""
-        return bool(_one(self.conn, "SELECT tq_cancel(?)", id))
+        return bool(_one(self._writing(), "SELECT tq_cancel(?)", id))
 
     def retry(self, id: str) -> bool:
         """Make a failed job waiting again with a fresh attempt budget."""
-        return bool(_one(self.conn, "SELECT tq_retry(?)", id))
+        return bool(_one(self._writing(), "SELECT tq_retry(?)", id))
 
     def watch(self, since: int = 0) -> List[Dict[str, Any]]:
         """This queue's state changes with seq > since, oldest first, as dicts."""
@@ -134,7 +146,7 @@ class Queue(Schedules):
         if opts is None:
             text = _one(self.conn, "SELECT tq_queue(?)", self.name)
         else:
-            text = _one(self.conn, "SELECT tq_queue(?, ?)", self.name, opts)
+            text = _one(self._writing(), "SELECT tq_queue(?, ?)", self.name, opts)
         return None if text is None else json.loads(text)
 
     # -- working ----------------------------------------------------------------------

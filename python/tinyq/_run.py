@@ -64,9 +64,11 @@ class Run(RunBase):
     def wait_for(self, ids: Any) -> List[Any]:
         """The results of the jobs `ids`, in order, once every one is done; until then the
         job waits for them (blocked) and runs again when they have finished. One that failed
-        for good or was cancelled fails this job, its error naming it."""
+        for good or was cancelled fails this job, its error naming it. Every one is kept until
+        this job has finished, also when all were done already (their first wait then ends
+        the attempt once, and the job runs again at once: _waits.after_results)."""
         ids = wait_ids(ids)
-        return after_results(ids, dict(_rows(self.conn, JOBS_OF, json.dumps(ids))))
+        return after_results(ids, _rows(self.conn, JOBS_OF, self.id, json.dumps(ids)))
 
     def wait_signal(self, name: str, timeout: Any = None) -> Any:
         """The payload of the signal `name` (tq_signal); until it comes the job waits for it

@@ -8,7 +8,8 @@ SCHEDULE_COLUMNS = ("name", "queue", "when", "tz", "next_at", "last_at", "last_i
 
 
 class Schedules:
-    """Methods of a Queue (self.conn, self.name) for the schedules of its queue."""
+    """Methods of a Queue (self.conn, self.name; self._writing() for a write) for the schedules
+    of its queue."""
 
     def schedule(self, name: str, when: str, payload: Any, **options: Any) -> Dict[str, Any]:
         """Create or replace the schedule `name` of this queue; returns it as a dict.
@@ -21,11 +22,11 @@ class Schedules:
         opts = _options(**options)
         args = (name, self.name, when, _encode(payload)) + (() if opts is None else (opts,))
         marks = ", ".join("?" * len(args))
-        return json.loads(_one(self.conn, "SELECT tq_schedule(%s)" % marks, *args))
+        return json.loads(_one(self._writing(), "SELECT tq_schedule(%s)" % marks, *args))
 
     def unschedule(self, name: str) -> bool:
         """Remove the schedule `name`; False when there was none. Its jobs already added stay."""
-        return bool(_one(self.conn, "SELECT tq_unschedule(?)", name))
+        return bool(_one(self._writing(), "SELECT tq_unschedule(?)", name))
 
     def schedules(self) -> List[Dict[str, Any]]:
         """This queue's schedules (tq_schedules) as dicts, by name."""

@@ -45,6 +45,25 @@ def _options(**kw):
     return json.dumps(opts) if opts else None
 
 
+# sqlite3's `autocommit` attribute (Python 3.12+) while the module's legacy transaction
+# control applies (sqlite3.LEGACY_TRANSACTION_CONTROL); absent before 3.12: legacy.
+LEGACY = -1
+
+
+def implicit_begin(conn):
+    """Before a write on a connection of the caller's: what Python's sqlite3 module does
+    before an INSERT in its legacy mode (an isolation_level that is not None): open the
+    implicit transaction ("BEGIN " + the level, as the module writes it) when none is
+    open, so the write commits and rolls back with the caller's transaction (JOB-02). The
+    module sees it at once (in_transaction reads SQLite's own state). With
+    isolation_level=None, with autocommit=True or False (3.12), and on apsw, nothing is
+    implicit or a transaction is always open: nothing to do, as for an INSERT."""
+    level = getattr(conn, "isolation_level", None)     # apsw has none
+    if level is None or getattr(conn, "autocommit", LEGACY) != LEGACY or conn.in_transaction:
+        return
+    _rows(conn, "BEGIN " + level)
+
+
 def transaction(conn, body):
     """body() inside BEGIN IMMEDIATE ... COMMIT (rolled back if it raises)."""
     _rows(conn, "BEGIN IMMEDIATE")

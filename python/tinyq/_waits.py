@@ -13,8 +13,9 @@ from typing import Any, Dict, List, Optional, Sequence
 
 from ._context import Outcome
 
-# Each id of a JSON array with its job (tq_get: NULL when there is none).
-JOBS_OF = "SELECT value, tq_get(value) FROM json_each(?)"
+# Each id of a JSON array (?2) with its job (tq_get: NULL when there is none), and whether
+# the job ?1 is already linked to it (tq_deps lists the jobs ?1 waits or waited for).
+JOBS_OF = "SELECT value, tq_get(value), value IN (SELECT id FROM tq_deps(?1)) FROM json_each(?2)"
 NOW = "SELECT tq_now()"
 # A step as a row: a signal sent without a payload keeps the step with a NULL value, which
 # tq_step_get cannot tell from no step at all (a timeout).
@@ -44,21 +45,28 @@ def wait_ids(ids: Any) -> List[str]:
     return ids
 
 
-def after_results(ids: Sequence[str], found: Dict[str, Optional[str]]) -> List[Any]:
-    """The results of `ids` (in order) once all are done; else the attempt ends: 'wait' for
-    those not finished, or 'fail' (as a dependency's default after_failed) when one failed for
-    good or is gone (a cancelled job is removed, with its edges: it cannot be told from an id
-    never added). `found` is each id's tq_get text."""
-    jobs = {i: None if text is None else json.loads(text) for i, text in found.items()}
+def after_results(ids: Sequence[str], rows: Sequence[Sequence[Any]]) -> List[Any]:
+    """The results of `ids` (in order) once all are done and linked to this job; else the
+    attempt ends: 'wait', or 'fail' (as a dependency's default after_failed) when one failed
+    for good or is gone (a cancelled job is removed, with its edges: it cannot be told from
+    an id never added). `rows` are JOBS_OF's: (id, tq_get text, linked).
+
+    The 'wait' names those not finished and those not linked yet: the settle links every one
+    (an edge keeps a done job until this one has finished, whatever its dedupe: DEP-01), and
+    when all have finished the job is due again at once and its replay returns here. Without
+    it, jobs already done at the first wait would hold nothing, and a later long wait
+    (wait_signal) could outlast their dedupe: swept, the replay would find them gone."""
+    jobs = {i: None if text is None else json.loads(text) for i, text, _ in rows}
+    linked = {i for i, _, is_linked in rows if is_linked}
     for i in ids:
         job = jobs[i]
         if job is None:
             raise Outcome("fail", "dependency %r is gone: cancelled, or never added" % (i,))
         if job["state"] == "failed":
             raise Outcome("fail", "dependency %r failed: %s" % (i, job.get("error")))
-    unfinished = [i for i in ids if jobs[i]["state"] not in FINISHED]
-    if unfinished:
-        raise Outcome("wait", json.dumps({"after": unfinished}))
+    waits = [i for i in dict.fromkeys(ids) if jobs[i]["state"] not in FINISHED or i not in linked]
+    if waits:
+        raise Outcome("wait", json.dumps({"after": waits}))
     return [jobs[i].get("result") for i in ids]
 
 

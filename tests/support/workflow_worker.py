@@ -3,7 +3,8 @@ helpers:
     python3 workflow_worker.py threads|asyncio DB LOG [CONCURRENCY]
 It works the queue `wf` until SIGTERM. Its handler, chosen by the payload's `kind`, appends
 "event id attempt pid" lines to LOG (start: each attempt; model: a slow call kept as a step;
-collected, sent, woke: what comes after a wait), so that a test can count what ran. Prints
+collected, sent, woke: what comes after a wait; `collect` waits for jobs added before it,
+then for a signal), so that a test can count what ran. Prints
 "working" first, and "returned N" once work() has ended. workflow_worker.js is the same for
 Node."""
 import asyncio
@@ -49,6 +50,12 @@ def handle(payload, run):
         results = run.wait_for(ids)
         note("collected", run)
         return {"results": results}
+    if kind == "collect":      # jobs added before it, then a long wait
+        results = run.wait_for(payload["ids"])
+        note("collected", run)
+        approval = run.wait_signal(payload["signal"], "7d")
+        note("sent", run)
+        return {"results": results, "approval": approval}
     if kind == "approval":
         draft = run.step("draft", lambda: note("model", run) or "a draft")
         approval = run.wait_signal(payload["signal"], payload.get("timeout"))
@@ -71,6 +78,12 @@ async def handle_async(payload, run, adder):
         results = await run.wait_for(ids)
         note("collected", run)
         return {"results": results}
+    if kind == "collect":
+        results = await run.wait_for(payload["ids"])
+        note("collected", run)
+        approval = await run.wait_signal(payload["signal"], "7d")
+        note("sent", run)
+        return {"results": results, "approval": approval}
     if kind == "approval":
         draft = await run.step("draft", lambda: note("model", run) or "a draft")
         approval = await run.wait_signal(payload["signal"], payload.get("timeout"))
