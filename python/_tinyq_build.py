@@ -4,7 +4,7 @@
 isolated build environment has nothing to install (pyproject.toml: requires = []).
 
 The distribution is `sqlite-tinyq` (the name `tinyq` on PyPI belongs to another project);
-it installs the package `tinyq`. The wheel holds tinyq/*.py, tinyq/*.html, tinyq/py.typed
+it installs the package `tinyq`. The wheel holds tinyq/**/*.py, tinyq/*.html, tinyq/py.typed
 (the package's type hints are for type checkers, PEP 561), tinyq/_version.py (written here)
 and the compiled extension as tinyq/tinyq.so. The version is the crate's: tinyq/_version.py
 reads it from ../Cargo.toml, and the wheel or sdist gets a copy with it written in. It is a platform wheel (py3-none-<platform>): the
@@ -72,9 +72,14 @@ def _extension(config_settings):
 
 def _package_files(config_settings):
     """(name in the archive, bytes) of every file the package ships."""
-    files = [("tinyq/" + name, _read(os.path.join(PACKAGE, name)))
-             for name in sorted(os.listdir(PACKAGE))
-             if name.endswith((".py", ".html")) and name != "_version.py" or name == "py.typed"]
+    files = []
+    for folder, dirs, names in os.walk(PACKAGE):   # tinyq/ and its packages (tinyq/django/...)
+        dirs[:] = sorted(d for d in dirs if d != "__pycache__")
+        inner = os.path.relpath(folder, PACKAGE).replace(os.sep, "/")
+        prefix = "tinyq/" if inner == "." else "tinyq/%s/" % inner
+        files += [(prefix + name, _read(os.path.join(folder, name))) for name in sorted(names)
+                  if name.endswith((".py", ".html")) and prefix + name != "tinyq/_version.py"
+                  or name == "py.typed"]
     return files + [("tinyq/_version.py", VERSION_PY.encode()),
                     ("tinyq/tinyq.so", _read(_extension(config_settings)))]
 

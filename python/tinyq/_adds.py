@@ -5,6 +5,7 @@ import datetime
 import json
 from typing import Any, List, Optional, Sequence
 
+from ._otel import with_trace
 from ._sql import _encode, _options, _rows, atomic
 
 # Many adds, one statement: each element of the JSON array is a payload as stored (text) ...
@@ -17,6 +18,7 @@ ADD_EACH_WITH_ID = ("SELECT tq_add(?, value ->> 0, json_set(coalesce(?, '{}'), '
 def add_options(**kw: Any) -> Optional[str]:
     """tq_add's options as JSON (None when there are none). `expires` as a timedelta is a
     duration from the add, sent as text ('90000ms'): a number there is a time."""
+    kw["meta"] = with_trace(kw.get("meta"))   # OpenTelemetry: the active span's context (_otel.py)
     expires = kw.get("expires")
     if isinstance(expires, datetime.timedelta):
         kw["expires"] = "%dms" % int(expires.total_seconds() * 1000)

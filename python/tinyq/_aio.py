@@ -37,6 +37,7 @@ from ._aio_thread import _DbThread
 from ._aio_work import _AsyncWork, _uncancellable, check_async
 from ._connection import open as open_conn
 from ._drain import Tally, Watcher, counting_async
+from ._otel import with_trace
 from ._context import stop_grace
 from ._protocol import WAITER_JOIN_S, queue_specs, worker_name
 from ._queue import Queue
@@ -75,8 +76,9 @@ class AsyncQueue:
                   expires: Any = None, on_conflict: Optional[str] = None, max_wait: Any = None,
                   after: Optional[Sequence[str]] = None, after_failed: Optional[str] = None) -> str:
         """Add a job; returns its id (as Queue.add)."""
+        # The trace context is read here: the queue's thread does not see this task's.
         return await self._q("add", payload, id=id, delay=delay, at=at, group=group,
-                             priority=priority, attempts=attempts, meta=meta, expires=expires,
+                             priority=priority, attempts=attempts, meta=with_trace(meta), expires=expires,
                              on_conflict=on_conflict, max_wait=max_wait, after=after,
                              after_failed=after_failed)
 
@@ -84,6 +86,7 @@ class AsyncQueue:
                        **options: Any) -> List[str]:
         """Add one job per payload in one transaction and one statement; returns their ids
         (as Queue.add_many: the same options)."""
+        options["meta"] = with_trace(options.get("meta"))   # as add: read in this task
         return await self._q("add_many", list(payloads), ids=ids, **options)
 
     async def get(self, id: str) -> Optional[Dict[str, Any]]:

@@ -12,6 +12,7 @@ from typing import Any, Callable, Dict, List, Optional
 from ._aio_thread import _DbThread
 from ._context import RunBase
 from ._group import Write
+from ._otel import step as step_span
 from ._protocol import Pace, moving_average
 from ._sql import _decode, _encode, _one, _rows
 from ._waits import (JOBS_OF, NOW, STEP_ROW, after_results, duration_ms, signal_steps, signal_wait, sleep_step,
@@ -35,9 +36,10 @@ class AsyncRun(RunBase):
         if not known:
             kept = await self._db.read(Write.call("tq_step_get", self.id, name))
         if kept is None:
-            value = fn()
-            if inspect.isawaitable(value):
-                value = await value
+            with step_span(name):   # OpenTelemetry, when installed
+                value = fn()
+                if inspect.isawaitable(value):
+                    value = await value
             kept = await self._db.write(Write.call("tq_step_put", self.id, self.attempt, name, json.dumps(value)))
             if kept is None:
                 self._lost_step(name)

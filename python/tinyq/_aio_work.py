@@ -17,6 +17,7 @@ from ._aio_run import AsyncRun, _Pace
 from ._aio_thread import _DbThread
 from ._context import current_run, is_busy
 from ._group import Write
+from ._otel import attempt
 from ._protocol import (check_work_args, claim_args, claim_sql, lease_options, lease_pairs, lease_value,
                         outcome_of_exception, renew_in, renew_soon, renewed, result_outcome, schedule_renewal,
                         settle_and_claim_in)
@@ -242,12 +243,14 @@ class _AsyncWork:
         current_run.set(run)
         started = time.monotonic()
         try:
-            try:
-                result = await self.handler(_decode(run._payload), run)
-            except BaseException as exc:
-                outcome, value = outcome_of_exception(exc, self.errors)
-            else:
-                outcome, value = result_outcome(run, result)
+            with attempt(self.name, run) as span:   # OpenTelemetry's consumer span, when installed
+                try:
+                    result = await self.handler(_decode(run._payload), run)
+                except BaseException as exc:
+                    outcome, value = outcome_of_exception(exc, self.errors)
+                else:
+                    outcome, value = result_outcome(run, result)
+                span.ended(outcome, value)
         finally:
             self.runs.pop(run, None)
             self.running.pop(run, None)

@@ -16,6 +16,7 @@ from ._context import RunBase, current_run
 from ._group import Leader, Write, commit_group
 from ._protocol import (Pace, check_work_args, claim_args, claim_sql, lease_options, lease_pairs, lease_value,
                         renew_in, renew_soon, renewed, schedule_renewal, settle_and_claim)
+from ._otel import attempt
 from ._run import Run, outcome_of
 from ._sql import _decode
 from ._stopping import abandon, grace_left
@@ -259,7 +260,9 @@ class _Pool:
         try:
             if run.cancelled:          # cancelled while it waited, claimed ahead
                 return None
-            outcome, value = outcome_of(self.handler, _decode(run._payload), run, self.errors)
+            with attempt(self.name, run) as span:   # OpenTelemetry's consumer span, when installed
+                outcome, value = outcome_of(self.handler, _decode(run._payload), run, self.errors)
+                span.ended(outcome, value)
         finally:
             with self.pending_lock:
                 self.running.discard(run)

@@ -9,6 +9,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from ._context import RunBase
 from ._group import Leader, Write
+from ._otel import step as step_span
 from ._protocol import PROGRESS, STEP_GET, STEP_PUT, outcome_of_exception, result_outcome
 from ._sql import _decode, _encode, _one, _rows
 from ._waits import (JOBS_OF, NOW, STEP_ROW, after_results, duration_ms, signal_steps, signal_wait, sleep_step,
@@ -40,7 +41,8 @@ class Run(RunBase):
         if not known:
             kept = _one(self.conn, STEP_GET, self.id, name)
         if kept is None:
-            value = json.dumps(fn())
+            with step_span(name):
+                value = json.dumps(fn())
             kept = self._write(STEP_PUT, "tq_step_put", self.id, self.attempt, name, value)
             if kept is None:
                 self._lost_step(name)

@@ -1,0 +1,1 @@
+"""The tinyq app's management commands."""
