@@ -34,6 +34,8 @@ deps: build-deps
 	command -v node >/dev/null 2>&1 || missing="$$missing nodejs npm"; \
 	command -v chromedriver >/dev/null 2>&1 || missing="$$missing chromium chromium-driver"; \
 	$(PY) -c 'import prometheus_client' >/dev/null 2>&1 || missing="$$missing python3-prometheus-client"; \
+	$(PY) -c 'import sqlalchemy' >/dev/null 2>&1 || missing="$$missing python3-sqlalchemy"; \
+	$(PY) -c 'import aiosqlite' >/dev/null 2>&1 || missing="$$missing python3-aiosqlite"; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing:$$missing"; \
 	  (apt-get update -qq || true) && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
@@ -104,14 +106,14 @@ test-rust: deps
 	$(CARGO) test --release --lib
 
 # (node/node_modules: the soak, tests/test_soak.py, runs Node producers and workers too)
-PACKAGING = test_rust_crate test_install test_release test_pysqlite3
+PACKAGING = test_rust_crate test_install test_release test_pysqlite3 test_django test_otel
 test-python: deps $(EXT) node/node_modules
 	TINYQ_SOAK_SECONDS=$${TINYQ_SOAK_SECONDS:-20} $(PY) -m pytest -q $(PYTEST_PAR) --durations=15 tests \
 	  $(foreach t,$(PACKAGING),--ignore=tests/$(t).py)
 
 # The release smoke (test-all): the crate linked into a Rust program, pip and make install,
-# dist/release/ when make release has filled it, and the pysqlite3 extra under a pyenv Python
-# (pip fetches pysqlite3-binary).
+# dist/release/ when make release has filled it, and what pip fetches from PyPI: the pysqlite3
+# extra under a pyenv Python, Django 5.2 and 6 (tinyq.django), OpenTelemetry's SDK.
 test-packaging: deps $(EXT) node/node_modules
 	$(PY) -m pytest -q $(PYTEST_PAR) $(foreach t,$(PACKAGING),tests/$(t).py)
 
