@@ -67,6 +67,7 @@ class AsyncRun(RunBase):
     async def wait_signal(self, name: str, timeout: Any = None) -> Any:
         """The payload of the signal `name`, or None after `timeout` (as Run.wait_signal)."""
         payload_step, until_step = signal_steps(name)
+        self._new_wait("wait_signal", payload_step, name)
         kept = await self._db.call(_rows, STEP_ROW, self.id, payload_step)
         if kept:
             return _decode(kept[0][0])
@@ -76,8 +77,10 @@ class AsyncRun(RunBase):
 
     async def sleep(self, name: str, duration: Any) -> None:
         """A durable sleep of `duration` (as Run.sleep)."""
+        step = sleep_step(name)
+        self._new_wait("sleep", step, name)
         now = await self._db.call(_one, NOW)
-        sleep_until(await self.step(sleep_step(name), lambda: now + duration_ms(duration, "sleep")), now)
+        sleep_until(await self.step(step, lambda: now + duration_ms(duration, "sleep")), now)
 
 
 class _Pace(Pace):

@@ -9,7 +9,7 @@ import datetime
 import logging
 import math
 import time
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, Optional, Set, Tuple
 
 from ._sql import _decode, _ms
 
@@ -62,6 +62,7 @@ class RunBase:
         self._ended: Optional[str] = None  # why this attempt is over for the worker (ENDED)
         self._told_ended = False
         self._steps: Dict[str, Any] = {}   # answers this attempt read or kept, as stored
+        self._wait_names: Set[str] = set()  # the sleep: and signal: steps this attempt's waits used
 
     def _kept_here(self, name: str) -> Tuple[bool, Any]:
         """(known, the stored answer) of the step `name` without asking the store: an
@@ -106,6 +107,16 @@ class RunBase:
         if self._ended is not None:
             raise Cancelled("step %r not kept: attempt %s of %s is over (%s)"
                             % (name, self.attempt, self.id, self.ENDED[self._ended]))
+
+    def _new_wait(self, call: str, step: str, name: str) -> None:
+        """A sleep or signal wait keeps its state in steps named after it, so a second one
+        of the same name in a job would return at once (the first one's wake time or
+        timeout): refused. Counted per attempt: a replay makes the same calls again, each
+        once, and is no second use."""
+        if step in self._wait_names:
+            raise ValueError("run.%s: the name %r was used already by this job: each sleep and signal wait "
+                             "needs a name of its own (e.g. f'%s-{n}')" % (call, name, name))
+        self._wait_names.add(step)
 
     @property
     def correlation_id(self) -> Optional[str]:

@@ -74,8 +74,10 @@ class Run(RunBase):
 
     def wait_signal(self, name: str, timeout: Any = None) -> Any:
         """The payload of the signal `name` (tq_signal); until it comes the job waits for it
-        (blocked), at most `timeout` (a duration; None: for ever), then None."""
+        (blocked), at most `timeout` (a duration; None: for ever), then None. A second wait
+        of one name in a job raises ValueError (RunBase._new_wait)."""
         payload_step, until_step = signal_steps(name)
+        self._new_wait("wait_signal", payload_step, name)
         kept = _rows(self.conn, STEP_ROW, self.id, payload_step)
         if kept:
             return _decode(kept[0][0])
@@ -85,9 +87,12 @@ class Run(RunBase):
 
     def sleep(self, name: str, duration: Any) -> None:
         """A durable sleep: returns once `duration` has passed since the first attempt that
-        reached it (its wake time is the step `sleep:<name>`); until then the job snoozes."""
+        reached it (its wake time is the step `sleep:<name>`); until then the job snoozes. A
+        second sleep of one name in a job raises ValueError (RunBase._new_wait)."""
+        step = sleep_step(name)
+        self._new_wait("sleep", step, name)
         now = _one(self.conn, NOW)
-        sleep_until(self.step(sleep_step(name), lambda: now + duration_ms(duration, "sleep")), now)
+        sleep_until(self.step(step, lambda: now + duration_ms(duration, "sleep")), now)
 
 
 def outcome_of(handler: Callable[..., Any], payload: Any, run: RunBase,

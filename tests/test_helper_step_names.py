@@ -1,0 +1,112 @@
+"""The names of a handler's waits and steps, in the Python helpers (threads Run, asyncio
+AsyncRun), run in this process: a sleep or signal wait's name is once per job (its state
+is kept in steps named after it), and a step whose answer cannot be kept fails the job
+rather than run its function again. Node's twins are in node/test/."""
+import asyncio
+import os
+import sys
+import threading
+import time
+
+import pytest
+
+from helpers import ROOT
+
+sys.path.insert(0, os.path.join(ROOT, "python"))
+import tinyq  # noqa: E402
+
+HELPERS = ("threads", "asyncio")
+GIVE_UP_S = 120          # only a failing run waits this long
+FINISHED = ("done", "failed")
+
+
+def wait_until(predicate, what):
+    deadline = time.monotonic() + GIVE_UP_S
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out waiting for " + what
+        time.sleep(0.02)
+
+
+def work_until_finished(helper, queue, ids, handlers):
+    """Work `queue` with handlers[helper] until every job of `ids` has finished (done or
+    failed), then stop. Threads: Queue.work in a thread; asyncio: AsyncQueue.work."""
+    def all_finished():
+        return all((queue.get(i) or {}).get("state") in FINISHED for i in ids)
+    if helper == "threads":
+        worker = threading.Thread(target=queue.work, args=(handlers["threads"],), kwargs=dict(poll=0.05))
+        worker.start()
+        try:
+            wait_until(all_finished, "the jobs to finish")
+        finally:
+            queue.stop()
+            worker.join(GIVE_UP_S)
+        return
+
+    async def main():
+        async with tinyq.AsyncQueue(queue.path, queue.name) as aq:
+            working = asyncio.ensure_future(aq.work(handlers["asyncio"], poll=0.05))
+            try:
+                while not all_finished():     # a short read of the store, in the loop: fine here
+                    await asyncio.sleep(0.02)
+            finally:
+                aq.stop()
+                await working
+    asyncio.run(asyncio.wait_for(main(), GIVE_UP_S))
+
+
+@pytest.fixture
+def queue(db_path):
+    q = tinyq.Queue(db_path, "q")
+    yield q
+    q.close()
+
+
+# -- a sleep or signal wait's name is once per job -------------------------------------------
+
+@pytest.mark.parametrize("helper", HELPERS)
+def test_a_second_sleep_or_signal_wait_of_one_name_raises_a_replay_does_not(queue, helper):
+    """Before, the second sleep('poll') returned at once (the first one's wake time was
+    kept: a polling loop spun), and a wait_signal('go') after one that timed out returned
+    None at once (missing a later signal). Now the second use of a name in one run of the
+    handler raises; the replays of `named` make the same calls again and are not refused."""
+    for name in ("spins", "times-out", "named"):
+        queue.add(name, id=name, attempts=1)
+    runs = {"named": 0}
+
+    def threads(payload, run):
+        if payload == "spins":
+            for _ in range(3):
+                run.sleep("poll", 5)
+            return "spun"
+        if payload == "times-out":
+            run.wait_signal("go", 5)
+            return run.wait_signal("go")
+        runs["named"] += 1
+        for n in range(3):
+            run.sleep("poll-%d" % n, 5)
+        run.sleep("go-1", 5)                    # a sleep and a signal wait may share a name
+        return [run.wait_signal("go-1", 5), run.wait_signal("go-2", 5)]
+
+    async def asyncio_(payload, run):
+        if payload == "spins":
+            for _ in range(3):
+                await run.sleep("poll", 5)
+            return "spun"
+        if payload == "times-out":
+            await run.wait_signal("go", 5)
+            return await run.wait_signal("go")
+        runs["named"] += 1
+        for n in range(3):
+            await run.sleep("poll-%d" % n, 5)
+        await run.sleep("go-1", 5)
+        return [await run.wait_signal("go-1", 5), await run.wait_signal("go-2", 5)]
+
+    work_until_finished(helper, queue, ["spins", "times-out", "named"], {"threads": threads, "asyncio": asyncio_})
+    spins, times_out, named = (queue.get(i) for i in ("spins", "times-out", "named"))
+    assert spins["state"] == "failed", spins
+    assert spins["error"] == ("ValueError: run.sleep: the name 'poll' was used already by this job: "
+                              "each sleep and signal wait needs a name of its own (e.g. f'poll-{n}')")
+    assert times_out["state"] == "failed", times_out
+    assert times_out["error"].startswith("ValueError: run.wait_signal: the name 'go' was used already by this job")
+    assert (named["state"], named["result"]) == ("done", [None, None]), named
+    assert runs["named"] >= 7, "each wait ended an attempt, the replays went through: %d runs" % runs["named"]
