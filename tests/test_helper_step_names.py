@@ -3,6 +3,7 @@ AsyncRun), run in this process: a sleep or signal wait's name is once per job (i
 is kept in steps named after it), and a step whose answer cannot be kept fails the job
 rather than run its function again. Node's twins are in node/test/."""
 import asyncio
+import datetime
 import os
 import sys
 import threading
@@ -110,3 +111,64 @@ def test_a_second_sleep_or_signal_wait_of_one_name_raises_a_replay_does_not(queu
     assert times_out["error"].startswith("ValueError: run.wait_signal: the name 'go' was used already by this job")
     assert (named["state"], named["result"]) == ("done", [None, None]), named
     assert runs["named"] >= 7, "each wait ended an attempt, the replays went through: %d runs" % runs["named"]
+
+
+# -- a step whose answer cannot be kept ------------------------------------------------------
+
+UNKEPT = {
+    "datetime": lambda: datetime.datetime(2026, 1, 2, 3, 4, 5),
+    "set": lambda: {1, 2},
+    "bytes": lambda: b"receipt",
+    "cycle": lambda: _cycle(),
+}
+
+
+def _cycle():
+    receipt = {"id": 7}
+    receipt["self"] = receipt
+    return receipt
+
+
+@pytest.mark.parametrize("helper", HELPERS)
+def test_a_step_whose_answer_cannot_be_stored_fails_the_job_its_function_runs_once(queue, helper):
+    """Before, json.dumps raised inside run.step after the function had run: the attempt
+    ended in an error, and each retry (three tries, no backoff) ran the function, and its
+    side effect (a charge), again. Now the job fails for good at once, the error naming the
+    step and why, and nothing is kept."""
+    queue.settings(backoff=0)                 # a retry would be due at once
+    for kind in UNKEPT:
+        queue.add(kind, id=kind, attempts=3)
+    calls = {kind: 0 for kind in UNKEPT}
+
+    def charge(kind):
+        calls[kind] += 1                      # the side effect
+        return UNKEPT[kind]()
+
+    def threads(payload, run):
+        run.step("charge", lambda: charge(payload))
+        return "charged"
+
+    async def asyncio_(payload, run):
+        async def charging():
+            return charge(payload)
+        await run.step("charge", charging)
+        return "charged"
+
+    if helper == "threads":
+        summary = queue.drain(threads)
+    else:
+        async def main():
+            async with tinyq.AsyncQueue(queue.path, queue.name) as aq:
+                return await aq.drain(asyncio_)
+        summary = asyncio.run(asyncio.wait_for(main(), GIVE_UP_S))
+    assert calls == {kind: 1 for kind in UNKEPT}
+    assert summary == {"done": 0, "failed": 4, "retried": 0}
+    for kind, why in (("datetime", "TypeError: Object of type datetime is not JSON serializable"),
+                      ("set", "TypeError: Object of type set is not JSON serializable"),
+                      ("bytes", "TypeError: Object of type bytes is not JSON serializable"),
+                      ("cycle", "ValueError: Circular reference detected")):
+        job = queue.get(kind)
+        assert (job["state"], job["tries"]) == ("failed", 1), job
+        assert job["error"].startswith("run.step 'charge': its answer cannot be stored as JSON (%s): the job fails "
+                                       "rather than run the step again" % why), job["error"]
+        assert queue.conn.execute("SELECT count(*) FROM tq_steps(?)", (kind,)).fetchone()[0] == 0

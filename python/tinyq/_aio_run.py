@@ -10,7 +10,7 @@ import json
 from typing import Any, Callable, Dict, List, Optional
 
 from ._aio_thread import _DbThread
-from ._context import RunBase
+from ._context import RunBase, step_text
 from ._group import Write
 from ._otel import step as step_span
 from ._protocol import Pace, moving_average
@@ -30,7 +30,8 @@ class AsyncRun(RunBase):
 
     async def step(self, name: str, fn: Callable[[], Any]) -> Any:
         """The answer kept under `name` by any attempt; else fn()'s answer (awaited when
-        fn returns an awaitable), kept as JSON."""
+        fn returns an awaitable), kept as JSON (one JSON cannot hold fails the job for good:
+        _context.step_text)."""
         self._step_after_end(name)
         known, kept = self._kept_here(name)
         if not known:
@@ -40,7 +41,7 @@ class AsyncRun(RunBase):
                 value = fn()
                 if inspect.isawaitable(value):
                     value = await value
-            kept = await self._db.write(Write.call("tq_step_put", self.id, self.attempt, name, json.dumps(value)))
+            kept = await self._db.write(Write.call("tq_step_put", self.id, self.attempt, name, step_text(name, value)))
             if kept is None:
                 self._lost_step(name)
         self._steps[name] = kept

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextvars
 import datetime
+import json
 import logging
 import math
 import time
@@ -181,6 +182,19 @@ class JobContextFilter(logging.Filter):
         record.attempt = run.attempt if run else None
         record.correlation_id = run.correlation_id if run else None
         return True
+
+
+def step_text(name: str, answer: Any) -> str:
+    """A step's answer as stored JSON. One that JSON cannot hold (a datetime, a set, bytes,
+    a cycle) fails the job for good: its function has run, and a retry would run it (and
+    its side effect) again; a placeholder kept instead would give a replay something else
+    than this attempt got."""
+    try:
+        return json.dumps(answer)
+    except (TypeError, ValueError) as exc:
+        raise Outcome("fail", "run.step %r: its answer cannot be stored as JSON (%s): the job fails rather than "
+                      "run the step again (return what JSON can hold: a datetime as ISO text, a set as a list, "
+                      "bytes as text)" % (name, error_text(exc))) from exc
 
 
 def error_text(exc: BaseException, errors: str = "message") -> str:

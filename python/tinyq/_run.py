@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from ._context import RunBase
+from ._context import RunBase, step_text
 from ._group import Leader, Write
 from ._otel import step as step_span
 from ._protocol import PROGRESS, STEP_GET, STEP_PUT, outcome_of_exception, result_outcome
@@ -35,14 +35,15 @@ class Run(RunBase):
         return self._writes.write(self.conn, Write.call(function, *args))
 
     def step(self, name: str, fn: Callable[[], Any]) -> Any:
-        """The answer kept under `name` by any attempt; else fn()'s answer, kept (as JSON)."""
+        """The answer kept under `name` by any attempt; else fn()'s answer, kept (as JSON; an
+        answer JSON cannot hold fails the job for good: _context.step_text)."""
         self._step_after_end(name)
         known, kept = self._kept_here(name)
         if not known:
             kept = _one(self.conn, STEP_GET, self.id, name)
         if kept is None:
             with step_span(name):
-                value = json.dumps(fn())
+                value = step_text(name, fn())
             kept = self._write(STEP_PUT, "tq_step_put", self.id, self.attempt, name, value)
             if kept is None:
                 self._lost_step(name)
