@@ -18,9 +18,9 @@ from ._aio_thread import _DbThread
 from ._context import current_run, is_busy
 from ._group import Write
 from ._otel import attempt
-from ._protocol import (check_work_args, claim_args, claim_sql, lease_options, lease_pairs, lease_value,
-                        outcome_of_exception, renew_in, renew_soon, renewed, result_outcome, schedule_renewal,
-                        settle_and_claim_in)
+from ._protocol import (Share, check_work_args, claim_args, claim_sql, lease_options, lease_pairs,
+                        lease_value, outcome_of_exception, renew_in, renew_soon, renewed, result_outcome,
+                        schedule_renewal, settle_and_claim_in)
 from ._sql import _decode
 from ._stopping import abandon, grace_left
 
@@ -68,6 +68,7 @@ class _AsyncWork:
         self.finished: List[Tuple[AsyncRun, str, Any]] = []
         self.settles_waited = False     # the last claim went alone, its settles due waited
         self.may_claim = True
+        self.share = Share(name)        # a full concurrency limit: settles go alone
         self.event = asyncio.Event()
         self.handled = 0
 
@@ -94,6 +95,13 @@ class _AsyncWork:
                 want = min(want, CLAIM_PART)
                 if self.finished or want > 0:
                     batch = self.settles_due(want > 0)
+                    if self.share.yields(bool(batch)) and want > 0:
+                        # the settles alone, the claim a moment later: another process may
+                        # take the place they free (Share)
+                        if batch:
+                            await self.settle_and_claim(sql, batch, None)
+                        await asyncio.sleep(self.share.wait_left() or 0.001)
+                        continue
                     args = None if want <= 0 else claim_args(self.name, self.worker, want, self.lease_options)
                     started = time.monotonic()
                     jobs = await self.settle_and_claim(sql, batch, args)
@@ -196,7 +204,7 @@ class _AsyncWork:
         commit. Busy every time: the settles are dropped (their leases run out and the jobs
         run again) and the claim returns nothing."""
         try:
-            return await self.db.write(Write(settle_and_claim_in, (sql, settles, args)))
+            return await self.db.write(Write(settle_and_claim_in, (sql, settles, args, self.share)))
         except Exception as exc:
             if not is_busy(exc):
                 raise

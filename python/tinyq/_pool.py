@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Any, Callable, Deque, Dict, List, Optional, Tu
 
 from ._context import RunBase, current_run
 from ._group import Leader, Write, commit_group
-from ._protocol import (Pace, check_work_args, claim_args, claim_sql, lease_options, lease_pairs, lease_value,
-                        renew_in, renew_soon, renewed, schedule_renewal, settle_and_claim)
+from ._protocol import (Pace, Share, check_work_args, claim_args, claim_sql, lease_options, lease_pairs,
+                        lease_value, renew_in, renew_soon, renewed, schedule_renewal, settle_and_claim)
 from ._otel import attempt
 from ._run import Run, outcome_of
 from ._sql import _decode
@@ -131,14 +131,16 @@ class _Heartbeat(threading.Thread):
 
 
 class _Request:
-    """A thread's ask: claim `claim` jobs (0: only settle what is pending)."""
-    __slots__ = ("claim", "jobs", "done", "error")
+    """A thread's ask: claim `claim` jobs (0: only settle what is pending). `yielded`: the
+    settles went alone, the claim is to come Share.YIELD_S later."""
+    __slots__ = ("claim", "jobs", "done", "error", "yielded")
 
     def __init__(self, claim: int):
         self.claim = claim
         self.jobs: List[Dict[str, Any]] = []
         self.done = False
         self.error: Optional[BaseException] = None
+        self.yielded = False
 
 
 class _Pool:
@@ -177,6 +179,7 @@ class _Pool:
         self.handled = 0
         self.running: set = set()              # runs whose handler is running (for stop's grace)
         self.claim_sql = ""
+        self.share = Share(name)               # a full concurrency limit: settles go alone
         self.threads: List[threading.Thread] = []
 
     # -- one worker thread ---------------------------------------------------------------
@@ -198,6 +201,9 @@ class _Pool:
                 run = self.take_ahead()
                 if run is None:
                     claimed = self.settle_and_claim(conn, 1 + pace.ahead())
+                    if claimed is None:      # others' turn at a place (Share): claim later
+                        self.stopping.wait(self.share.wait_left() or 0.001)
+                        continue
                     if not claimed:
                         self.wait_for_work()
                         continue
@@ -271,17 +277,20 @@ class _Pool:
             self.heartbeat.remove(run)
         return None if outcome is None or run.cancelled else (run, outcome, value)
 
-    def settle_and_claim(self, conn: Any, claim: int) -> List[Run]:
+    def settle_and_claim(self, conn: Any, claim: int) -> Optional[List[Run]]:
         """Settle every finished job of the pool and claim this thread's next, in one
         transaction shared with every other thread that asked meanwhile: the thread that
         gets the write lock serves all the requests queued by then (one tq_claim for all
-        their places), so under load one commit carries several jobs."""
+        their places), so under load one commit carries several jobs. None: the settles
+        went alone and nothing was claimed (a full limit: Share); claim again a moment later."""
         if not claim and not self.unsettled:
             return []
         request = _Request(claim)
         self.writes.submit(conn, request)
         if request.error is not None:
             raise request.error
+        if request.yielded:
+            return None
         return [Run(conn, job, self.writes) for job in request.jobs]
 
     def serve(self, conn: Any, group: List[Any]) -> None:
@@ -299,9 +308,12 @@ class _Pool:
             settles, self.unsettled = self.unsettled, []
 
         jobs: List[Dict[str, Any]] = []
+        yielded = self.share.yields(bool(settles)) and bool(want)
+        if yielded:                    # the settles alone: another process may take the place
+            want = 0
         try:
             jobs = settle_and_claim(conn, self.claim_sql, [(r, o, v) for r, o, v, _ in settles],
-                                    args if want else None, self.BUSY_TRIES)
+                                    args if want else None, self.BUSY_TRIES, self.share)
         except Exception as exc:
             for request in batch:
                 request.error = exc
@@ -309,6 +321,7 @@ class _Pool:
             self.handled += len(jobs)
         for request in batch:          # in order: the first to ask gets the first jobs
             request.jobs, jobs = jobs[:request.claim], jobs[request.claim:]
+            request.yielded = yielded and request.claim > 0
             request.done = True
 
     def wait_for_work(self) -> None:

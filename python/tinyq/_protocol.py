@@ -160,13 +160,13 @@ def dropped_result(run: RunBase, reason: str) -> str:
 
 
 def settle_and_claim(conn: Any, claim: str, settles: List[Tuple[RunBase, str, Any]],
-                     args: Optional[tuple], tries: int = 3) -> List[Dict[str, Any]]:
+                     args: Optional[tuple], tries: int = 3, share: Optional["Share"] = None) -> List[Dict[str, Any]]:
     """Settle every finished run and claim (args given: tq_claim's) in one transaction: one
     commit for several jobs. Busy: tried `tries` times, then the settles are dropped (their
     leases run out and the jobs run again) and the claim returns nothing."""
     for attempt in range(tries):
         try:
-            return transaction(conn, lambda: settle_and_claim_in(conn, claim, settles, args))
+            return transaction(conn, lambda: settle_and_claim_in(conn, claim, settles, args, share))
         except Exception as exc:
             if not is_busy(exc):
                 raise
@@ -176,10 +176,80 @@ def settle_and_claim(conn: Any, claim: str, settles: List[Tuple[RunBase, str, An
 
 
 def settle_and_claim_in(conn: Any, claim: str, settles: List[Tuple[RunBase, str, Any]],
-                        args: Optional[tuple]) -> List[Dict[str, Any]]:
-    """settle_and_claim's work inside the caller's transaction (a group commit's)."""
+                        args: Optional[tuple], share: Optional["Share"] = None) -> List[Dict[str, Any]]:
+    """settle_and_claim's work inside the caller's transaction (a group commit's); `share`
+    learns after the claim whether the queue's concurrency limit is full."""
     settle_all_in(conn, settles)
-    return [] if args is None else claim_in(conn, claim, args)
+    if args is None:
+        return []
+    jobs = claim_in(conn, claim, args)
+    if share is not None:
+        share.claimed_in(conn, args[2], len(jobs))
+    return jobs
+
+
+# The queue's concurrency limit (NULL: none), and the leases it counts.
+LIMIT_OF = "SELECT json_extract(tq_queue(?), '$.concurrency')"
+LEASES_OF = "SELECT leases FROM tq_stats(?)"
+
+
+class Share:
+    """Other processes' chance at a place of a queue whose concurrency limit is full
+    (issue 46). A worker settles a job and claims its next in one commit: under a full
+    limit, the place the settle frees is taken back by the claim in the same commit, and
+    another process, woken by that commit, finds the limit full again. One process ran
+    every job of a backlog, the other none. So when the limit was full at this worker's
+    last claim, its settles commit alone (yields()) and its claims wait YIELD_S (all of
+    them: its idle places, woken by that commit too, would take the place back): another
+    process waiting for the queue (woken by the settle's commit within about a millisecond)
+    claims the place first. A worker alone with a full limit would leave the
+    place idle that long at every job: when its claim after a yield got what it asked (no
+    one took the place), it yields at every 2nd settle, then 4th... up to every MAX_EVERY-th,
+    and at every settle again once another process took a place. Queues without a limit
+    (the limit is read at most every CHECK_EVERY_S) never yield and cost no statement."""
+
+    YIELD_S = 0.02
+    MAX_EVERY = 32
+    CHECK_EVERY_S = 1.0
+
+    def __init__(self, queue: str):
+        self.queue = queue
+        self.limit: Optional[int] = None
+        self.checked = float("-inf")     # when the limit was read (monotonic)
+        self.full = False                # the limit was full after the last claim
+        self.every = 1                   # yield at every `every`-th settle while full
+        self.settles = 0                 # settles while full since the last yield
+        self.yielded = False             # the next claim is the first after a yield
+        self.until = 0.0                 # no claim before then (monotonic): a yield
+
+    def claimed_in(self, conn: Any, want: int, got: int) -> None:
+        """After a claim of `want` jobs that got `got`, in its transaction."""
+        if self.yielded:                 # got all: nobody took the place meanwhile
+            self.yielded = False
+            self.every = min(self.every * 2, self.MAX_EVERY) if got >= want else 1
+        now = time.monotonic()
+        if now - self.checked >= self.CHECK_EVERY_S:
+            self.limit, self.checked = _one(conn, LIMIT_OF, self.queue), now
+        self.full = self.limit is not None and (_one(conn, LEASES_OF, self.queue) or 0) >= self.limit
+
+    def yields(self, settling: bool) -> bool:
+        """Before a commit of settles (`settling`), a claim or both: whether claims wait
+        (for wait_left(); the settles commit alone). A commit of settles alone, a claim
+        waiting for the waiter, makes claims wait too."""
+        if self.wait_left() > 0:
+            return True
+        if not (settling and self.full):
+            return False
+        self.settles += 1
+        if self.settles < self.every:
+            return False
+        self.settles, self.yielded = 0, True
+        self.until = time.monotonic() + self.YIELD_S
+        return True
+
+    def wait_left(self) -> float:
+        """How long claims still wait for others to take a place (seconds, 0: none)."""
+        return max(self.until - time.monotonic(), 0.0)
 
 
 # Every settle of a batch in one statement: one statement, not hundreds, for the SQL thread
