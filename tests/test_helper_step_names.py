@@ -172,3 +172,32 @@ def test_a_step_whose_answer_cannot_be_stored_fails_the_job_its_function_runs_on
         assert job["error"].startswith("run.step 'charge': its answer cannot be stored as JSON (%s): the job fails "
                                        "rather than run the step again" % why), job["error"]
         assert queue.conn.execute("SELECT count(*) FROM tq_steps(?)", (kind,)).fetchone()[0] == 0
+
+
+# -- a signal's name is once per job ---------------------------------------------------------
+
+@pytest.mark.parametrize("helper", HELPERS)
+def test_a_job_waits_once_per_signal_name_a_new_name_waits_again(queue, helper):
+    """The payload of a signal is kept in the job's step `signal:<name>` by the first
+    delivery: a second wait for the same name would read that payload again, not the next
+    one. In the helpers a second wait of a name in one run raises (so a replay, which makes
+    the first wait again and gets the kept payload, cannot reach it either); a wait again
+    takes a new name, whose signal is its own."""
+    queue.add("again", id="again", attempts=1)
+    queue.add("renamed", id="renamed", attempts=1)
+    queue.signal("approve", {"n": 1})          # kept for later waits (keep: 7 days)
+    queue.signal("approve-2", {"n": 2})
+
+    def threads(payload, run):
+        first = run.wait_signal("approve")
+        return [first, run.wait_signal("approve" if payload == "again" else "approve-2")]
+
+    async def asyncio_(payload, run):
+        first = await run.wait_signal("approve")
+        return [first, await run.wait_signal("approve" if payload == "again" else "approve-2")]
+
+    work_until_finished(helper, queue, ["again", "renamed"], {"threads": threads, "asyncio": asyncio_})
+    again, renamed = queue.get("again"), queue.get("renamed")
+    assert again["state"] == "failed", again
+    assert again["error"].startswith("ValueError: run.wait_signal: the name 'approve' was used already by this job")
+    assert (renamed["state"], renamed["result"]) == ("done", [{"n": 1}, {"n": 2}]), renamed
