@@ -191,7 +191,7 @@ impl TableFn for Jobs {
         {
             let cursor = match &after {
                 None => None,
-                Some(id) => Some(pages::cursor(conn, state, id)?.ok_or_else(|| no_job_after(id))?),
+                Some(id) => Some(pages::cursor(conn, state, id)?.ok_or_else(|| no_job_after(id, &queue))?),
             };
             let (sql, values) = pages::sql(job_columns!(), state, cursor.as_ref());
             let mut st = conn.query(sql, &[&queue, &group, &now])?;
@@ -202,9 +202,9 @@ impl TableFn for Jobs {
         }
         let after_seq = match &after {
             None => 0,
-            Some(id) => {
-                conn.one_int("SELECT seq FROM tinyq_jobs WHERE id = ?1", &[id])?.ok_or_else(|| no_job_after(id))?
-            }
+            Some(id) => conn
+                .one_int("SELECT seq FROM tinyq_jobs WHERE id = ?1", &[id])?
+                .ok_or_else(|| no_job_after(id, &queue))?,
         };
         let sql = concat!(
             "SELECT * FROM (",
@@ -216,14 +216,19 @@ impl TableFn for Jobs {
     }
 }
 
-/// `after` names no job. `tq_jobs('emails')` lands here too: a table function's first
-/// argument is its first hidden column (`after`), so the message says where a queue goes.
-fn no_job_after(id: &str) -> Error {
-    Error::bad(format!(
-        "after: no job '{id}' (`after` is the id of the last job of a page; to list a queue's jobs, \
-         give the queue in WHERE: SELECT * FROM tq_jobs WHERE queue = '{id}')",
-        id = options::clip(id)
-    ))
+/// `after` names no job. Without a queue, that is most likely `tq_jobs('emails')`: a table
+/// function's first argument is its first hidden column (`after`), so the message says
+/// where a queue goes.
+fn no_job_after(id: &str, queue: &Val) -> Error {
+    let id = options::clip(id);
+    if queue.is_null() {
+        Error::bad(format!(
+            "after: no job '{id}' (`after` is the id of the last job of a page; to list a queue's jobs, \
+             give the queue in WHERE: SELECT * FROM tq_jobs WHERE queue = '{id}')"
+        ))
+    } else {
+        Error::bad(format!("after: no job '{id}' (give the id of the last job of the page)"))
+    }
 }
 
 /// SELECT * FROM tq_stats([queue]): per queue, counts by state and what limits see.

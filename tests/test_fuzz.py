@@ -36,9 +36,10 @@ ROOT = os.path.dirname(HERE)
 EXT = os.environ.get("TINYQ_EXT") or os.path.join(ROOT, "dist", "tinyq")
 
 LONG = os.environ.get("TINYQ_FUZZ_LONG") == "1"
+FULL = os.environ.get("TINYQ_FULL") == "1"  # make test-all (tests/helpers.py says the same)
 BUDGET_S = float(os.environ.get("TINYQ_FUZZ_SECONDS") or (600 if LONG else 25 if FULL else 10))
 
-from helpers import DAY, FULL, T0, check_buckets  # noqa: E402  (tests/ is the script's own folder: on sys.path)
+from helpers import DAY, T0, check_buckets  # noqa: E402  (tests/ is the script's own folder: on sys.path)
 
 # tq_get splices a stored payload in as stored (issue 28), so BIG_TEXT's 5000-deep brackets
 # come back 5000 deep: past the default recursion limit of Python's json.loads.
