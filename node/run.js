@@ -4,6 +4,7 @@
 const { adapterOf } = require('./drivers.js');
 const { decode, encode, errorText, isBusy, one, rows } = require('./sql.js');
 const waits = require('./waits.js');
+const otel = require('./otel.js');
 
 // -- a run: what a handler gets besides its payload ------------------------------------
 
@@ -125,7 +126,7 @@ class Run {
     let kept = this._keptHere(name);
     if (kept === undefined) kept = one(this._inOwnTransaction() || this._db, 'SELECT tq_step_get(?, ?)', this.id, name);
     if (kept === null) {
-      const value = stepText(name, await fn());
+      const value = stepText(name, await otel.step(this, name, fn)); // a child span of the attempt's
       const own = this._inOwnTransaction(); // the handler's transaction: the put is in it
       kept = own !== null
         ? one(own, 'SELECT tq_step_put(?, ?, ?, ?)', this.id, this.attempt, name, value)

@@ -11,6 +11,7 @@ const { Connections } = require('./connections.js');
 const { GroupCommit } = require('./group.js');
 const { Outcome, Run } = require('./run.js');
 const wakeups = require('./wakeups.js');
+const otel = require('./otel.js');
 
 // -- the worker loop -------------------------------------------------------------------
 
@@ -278,20 +279,25 @@ const inHandlerOf = new AsyncLocalStorage();
  * settle for the next claim (unless cancelled). */
 async function runOne(queue, run, handler, errors, finished, heartbeat, pace) {
   heartbeat.add(run);
-  const started = performance.now();
-  let outcome, value;
-  try {
-    const result = await inHandlerOf.run(queue, () => handler(decode(run._payload), run));
-    [outcome, value] = ['done', resultText(run, result)];
-  } catch (err) {
-    [outcome, value] = err instanceof Outcome ? [err.outcome, err.value] : ['error', errorText(err, errors)];
-  } finally {
-    heartbeat.remove(run);
-    run._end('finished');
-    pace.took(performance.now() - started);
-  }
-  if (run._releaseDb()) [outcome, value] = leftOpen(run, outcome, value);
-  if (outcome && !run.cancelled) finished.push([run, outcome, value, Date.now()]); // settled with the next claim
+  // the attempt as an OpenTelemetry span (when the app has @opentelemetry/api), its status the outcome
+  await otel.attempt(queue.name, run, async (span) => {
+    const started = performance.now();
+    let outcome, value;
+    try {
+      const result = await inHandlerOf.run(queue, () => handler(decode(run._payload), run));
+      [outcome, value] = ['done', resultText(run, result)];
+    } catch (err) {
+      [outcome, value] = err instanceof Outcome ? [err.outcome, err.value] : ['error', errorText(err, errors)];
+    } finally {
+      heartbeat.remove(run);
+      run._end('finished');
+      pace.took(performance.now() - started);
+    }
+    if (run._releaseDb()) [outcome, value] = leftOpen(run, outcome, value);
+    if (run.cancelled) outcome = null; // settles nothing
+    span.ended(outcome, value);
+    if (outcome) finished.push([run, outcome, value, Date.now()]); // settled with the next claim
+  });
 }
 
 const LEFT_OPEN = 'tinyq: the handler ended with a transaction open on run.db: rolled back';
