@@ -19,7 +19,7 @@
 const { close, decode, encode, extensionPath, load, one, open, options, rows, transaction } = require('./sql.js');
 const { adapterOf } = require('./drivers.js');
 const { Cancelled, Outcome, Run } = require('./run.js');
-const { inHandlerOf, workLoop } = require('./worker.js');
+const { inHandlerOf, stopOnSignal, workLoop } = require('./worker.js');
 const { drain } = require('./drain.js');
 const otel = require('./otel.js');
 
@@ -282,17 +282,12 @@ class Worker {
         for (const q of this.queues) q.stop();
         return 0;
       }));
-    const onSignal = () => this.stop();
-    if (handleSignals) {
-      process.once('SIGTERM', onSignal);
-      process.once('SIGINT', onSignal);
-    }
+    const forget = handleSignals ? stopOnSignal(() => this.stop()) : () => {};
     this._working = Promise.all(works).then((counts) => {
       if (failure) throw failure;
       return Object.fromEntries(this.specs.map(({ name }, i) => [name, counts[i]]));
     }).finally(() => {
-      process.removeListener('SIGTERM', onSignal);
-      process.removeListener('SIGINT', onSignal);
+      forget();
       this._working = null;
     });
     return this._working;

@@ -156,11 +156,7 @@ async function workLoop(queue, handler, opts) {
   // work() keeps its process alive until it returns: an idle nap has no timer, and the
   // waiter thread is unref'd (Bun, unlike Node, then ended an idle worker process at once).
   const keepAlive = setInterval(() => {}, 2 ** 31 - 1);
-  const onSignal = () => queue.stop();
-  if (opts.handleSignals) {
-    process.once('SIGTERM', onSignal);
-    process.once('SIGINT', onSignal);
-  }
+  const forget = opts.handleSignals ? stopOnSignal(() => queue.stop()) : () => {};
   // [run, outcome, value, when] of handlers that ended, to settle with the next claim
   const finished = [];
   // Runs claimed ahead (prefetch), not started: leased, and renewed by the heartbeat
@@ -214,8 +210,7 @@ async function workLoop(queue, handler, opts) {
       }
     }
   } finally {
-    process.removeListener('SIGTERM', onSignal);
-    process.removeListener('SIGINT', onSignal);
+    forget();
     // Claim nothing more; wait for the work in flight, until stop()'s grace ends (a stop() during
     // the drain may set or shorten it: it wakes the nap), then abandon what still runs.
     for (let left = graceLeft(queue); inflight.size > 0; left = graceLeft(queue)) {
@@ -274,6 +269,30 @@ async function settleAndClaim(writes, batch, claimSql, args) {
 /** The queue whose handler is running (in a handler's async context): stop() called there
  * must not wait for the handler that called it. */
 const inHandlerOf = new AsyncLocalStorage();
+
+// handleSignals: one listener per signal for the whole process, shared by every work() and
+// Worker (a listener each made Node warn of a leak past ten). The first SIGTERM or SIGINT
+// calls every stop registered and removes the listeners, as process.once did: a second one
+// ends the process as by default.
+const SIGNALS = ['SIGTERM', 'SIGINT'];
+const stops = new Set();
+
+function onStopSignal() {
+  const all = [...stops];
+  stops.clear();
+  for (const name of SIGNALS) process.removeListener(name, onStopSignal);
+  for (const stop of all) stop();
+}
+
+/** Call `stop` on the next SIGTERM or SIGINT; returns what unregisters it. */
+function stopOnSignal(stop) {
+  const entry = () => stop(); // its own: the same function twice would be one entry
+  if (stops.size === 0) for (const name of SIGNALS) process.on(name, onStopSignal);
+  stops.add(entry);
+  return () => {
+    if (stops.delete(entry) && stops.size === 0) for (const name of SIGNALS) process.removeListener(name, onStopSignal);
+  };
+}
 
 /** One claimed job: run the handler (its lease renewed by the heartbeat), then queue its
  * settle for the next claim (unless cancelled). */
@@ -429,4 +448,4 @@ function droppedResult(run, reason) {
   return JSON.stringify({ result_dropped: reason });
 }
 
-module.exports = { workLoop, inHandlerOf };
+module.exports = { workLoop, inHandlerOf, stopOnSignal };
