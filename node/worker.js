@@ -361,7 +361,7 @@ const RENEW_ALL = "SELECT tq_renew(json_extract(value, '$[0]'), json_extract(val
  * without dropping it). A NULL marks the run cancelled. */
 function startHeartbeat(writes, lease) {
   const due = new Map(); // run -> time of its next renewal (ms)
-  const every = (run) => Math.max(run.leaseUntil - Date.now(), 100) / 2;
+  const every = (run) => (run._renewEvery = Math.max(run.leaseUntil - Date.now(), 100) / 2);
   let timer = null;
   let timerAt = Infinity; // when the timer fires
   let renewing = false; // a renewal waits for its commit: the next one after it
@@ -373,10 +373,11 @@ function startHeartbeat(writes, lease) {
     if (due.size === 0) return;
     let earliest = Infinity;
     for (const at of due.values()) earliest = Math.min(earliest, at);
-    timerAt = earliest;
-    timer = setTimeout(beat, Math.max(earliest - Date.now(), 1));
+    timerAt = Math.max(earliest, Date.now() + 1); // not in the past: beat() measures how late it fired
+    timer = setTimeout(beat, timerAt - Date.now());
   };
   const beat = () => {
+    warnIfLate(due, Date.now() - timerAt);
     if (renewing) return; // schedule() again once it has committed
     const runs = [...due.keys()];
     renewing = true;
@@ -414,6 +415,22 @@ function startHeartbeat(writes, lease) {
       schedule();
     },
   };
+}
+
+/** Logs, once per job, a renewal that came more than half its interval (a quarter of the
+ * lease) late because its timer fired `firedLate` ms late: the event loop was blocked (a
+ * handler's synchronous loop, CPU work or synchronous I/O), starving the heartbeat, as
+ * Python's asyncio worker warns. Past the lease another worker may take the job. */
+function warnIfLate(due, firedLate) {
+  const now = Date.now();
+  for (const [run, at] of due) {
+    if (run._warnedLate || now < at || firedLate <= run._renewEvery / 2) continue;
+    run._warnedLate = true;
+    console.warn(`tinyq: the lease renewal of job ${run.id} (attempt ${run.attempt}) came ${((now - at) / 1000).toFixed(2)} s `
+      + 'late: a handler is blocking the event loop (a synchronous loop, CPU work or synchronous I/O without await); '
+      + 'await between its parts or move the work to a worker_thread, or another worker may take the job once its '
+      + 'lease runs out');
+  }
 }
 
 /** tq_settle inside the caller's transaction. A settle the extension refuses (a bad delay,
