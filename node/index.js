@@ -19,8 +19,9 @@
 const { close, decode, encode, extensionPath, load, one, open, options, rows, transaction } = require('./sql.js');
 const { adapterOf } = require('./drivers.js');
 const { Cancelled, Outcome, Run } = require('./run.js');
-const { inHandlerOf, workLoop } = require('./worker.js');
+const { inHandlerOf, stopOnSignal, workLoop } = require('./worker.js');
 const { drain } = require('./drain.js');
+const otel = require('./otel.js');
 
 /** A count or a flag as a number: a Database of yours may read integers as BigInt
  * (better-sqlite3's defaultSafeIntegers, node:sqlite's readBigInts). */
@@ -61,7 +62,7 @@ class Queue {
    * expires, on_conflict ('keep', 'replace', 'debounce'), max_wait, and after (ids of jobs it
    * waits for: blocked until they have finished) with after_failed ('fail', 'run', 'cancel'). */
   add(payload, opts) {
-    const o = options(opts, 'add');
+    const o = options(otel.traced(opts), 'add'); // with the active span's traceparent in meta
     const id = o === null
       ? one(this.db, 'SELECT tq_add(?, ?)', this.name, encode(payload))
       : one(this.db, 'SELECT tq_add(?, ?, ?)', this.name, encode(payload), o);
@@ -73,7 +74,7 @@ class Queue {
    * transaction and one statement; returns their ids in order. All or nothing: an add that
    * fails rolls the others back (a transaction of its own, or a savepoint inside yours). */
   addMany(payloads, opts = {}) {
-    const { ids, ...shared } = opts;
+    const { ids, ...shared } = otel.traced(opts) ?? {};
     if (ids !== undefined && ids.length !== payloads.length) {
       throw new Error(`addMany: ${ids.length} ids for ${payloads.length} payloads`);
     }
@@ -281,17 +282,12 @@ class Worker {
         for (const q of this.queues) q.stop();
         return 0;
       }));
-    const onSignal = () => this.stop();
-    if (handleSignals) {
-      process.once('SIGTERM', onSignal);
-      process.once('SIGINT', onSignal);
-    }
+    const forget = handleSignals ? stopOnSignal(() => this.stop()) : () => {};
     this._working = Promise.all(works).then((counts) => {
       if (failure) throw failure;
       return Object.fromEntries(this.specs.map(({ name }, i) => [name, counts[i]]));
     }).finally(() => {
-      process.removeListener('SIGTERM', onSignal);
-      process.removeListener('SIGINT', onSignal);
+      forget();
       this._working = null;
     });
     return this._working;

@@ -4,6 +4,7 @@
 const { adapterOf } = require('./drivers.js');
 const { decode, encode, errorText, isBusy, one, rows } = require('./sql.js');
 const waits = require('./waits.js');
+const otel = require('./otel.js');
 
 // -- a run: what a handler gets besides its payload ------------------------------------
 
@@ -119,17 +120,19 @@ class Run {
   /** The answer kept under `name` by any attempt; else `await fn()`, kept as JSON (an
    * answer JSON cannot hold fails the job for good: stepText). */
   async step(name, fn) {
-    if (this._ended !== null) {
-      throw new Cancelled(`step "${name}" not kept: attempt ${this.attempt} of ${this.id} is over (${ENDED[this._ended]})`);
-    }
+    if (this._ended !== null) throw this._over(name);
     let kept = this._keptHere(name);
     if (kept === undefined) kept = one(this._inOwnTransaction() || this._db, 'SELECT tq_step_get(?, ?)', this.id, name);
     if (kept === null) {
-      const value = stepText(name, await fn());
+      const value = stepText(name, await otel.step(this, name, fn)); // a child span of the attempt's
+      // abandoned by stop({ timeout }) meanwhile: the worker's connections may be closed
+      if (this._ended !== null) throw this._over(name);
       const own = this._inOwnTransaction(); // the handler's transaction: the put is in it
       kept = own !== null
         ? one(own, 'SELECT tq_step_put(?, ?, ?, ?)', this.id, this.attempt, name, value)
-        : await this._writes.call('tq_step_put', this.id, this.attempt, name, value); // once committed
+        : await this._writes.call('tq_step_put', this.id, this.attempt, name, value).catch((err) => {
+          throw this._ended !== null ? this._over(name) : err; // the worker stopped before it committed
+        }); // once committed
       if (kept === null) {
         this._cancel();
         throw new Cancelled(`step "${name}" not kept: attempt ${this.attempt} of ${this.id} no longer holds the job`);
@@ -137,6 +140,11 @@ class Run {
     }
     this._steps.set(name, kept);
     return decode(kept);
+  }
+
+  /** What run.step throws once the attempt is over (ENDED). */
+  _over(name) {
+    return new Cancelled(`step "${name}" not kept: attempt ${this.attempt} of ${this.id} is over (${ENDED[this._ended]})`);
   }
 
   /** Record progress (text as is, anything else as JSON); false when the job is gone

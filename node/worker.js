@@ -11,6 +11,7 @@ const { Connections } = require('./connections.js');
 const { GroupCommit } = require('./group.js');
 const { Outcome, Run } = require('./run.js');
 const wakeups = require('./wakeups.js');
+const otel = require('./otel.js');
 
 // -- the worker loop -------------------------------------------------------------------
 
@@ -155,11 +156,7 @@ async function workLoop(queue, handler, opts) {
   // work() keeps its process alive until it returns: an idle nap has no timer, and the
   // waiter thread is unref'd (Bun, unlike Node, then ended an idle worker process at once).
   const keepAlive = setInterval(() => {}, 2 ** 31 - 1);
-  const onSignal = () => queue.stop();
-  if (opts.handleSignals) {
-    process.once('SIGTERM', onSignal);
-    process.once('SIGINT', onSignal);
-  }
+  const forget = opts.handleSignals ? stopOnSignal(() => queue.stop()) : () => {};
   // [run, outcome, value, when] of handlers that ended, to settle with the next claim
   const finished = [];
   // Runs claimed ahead (prefetch), not started: leased, and renewed by the heartbeat
@@ -213,8 +210,7 @@ async function workLoop(queue, handler, opts) {
       }
     }
   } finally {
-    process.removeListener('SIGTERM', onSignal);
-    process.removeListener('SIGINT', onSignal);
+    forget();
     // Claim nothing more; wait for the work in flight, until stop()'s grace ends (a stop() during
     // the drain may set or shorten it: it wakes the nap), then abandon what still runs.
     for (let left = graceLeft(queue); inflight.size > 0; left = graceLeft(queue)) {
@@ -274,24 +270,53 @@ async function settleAndClaim(writes, batch, claimSql, args) {
  * must not wait for the handler that called it. */
 const inHandlerOf = new AsyncLocalStorage();
 
+// handleSignals: one listener per signal for the whole process, shared by every work() and
+// Worker (a listener each made Node warn of a leak past ten). The first SIGTERM or SIGINT
+// calls every stop registered and removes the listeners, as process.once did: a second one
+// ends the process as by default.
+const SIGNALS = ['SIGTERM', 'SIGINT'];
+const stops = new Set();
+
+function onStopSignal() {
+  const all = [...stops];
+  stops.clear();
+  for (const name of SIGNALS) process.removeListener(name, onStopSignal);
+  for (const stop of all) stop();
+}
+
+/** Call `stop` on the next SIGTERM or SIGINT; returns what unregisters it. */
+function stopOnSignal(stop) {
+  const entry = () => stop(); // its own: the same function twice would be one entry
+  if (stops.size === 0) for (const name of SIGNALS) process.on(name, onStopSignal);
+  stops.add(entry);
+  return () => {
+    if (stops.delete(entry) && stops.size === 0) for (const name of SIGNALS) process.removeListener(name, onStopSignal);
+  };
+}
+
 /** One claimed job: run the handler (its lease renewed by the heartbeat), then queue its
  * settle for the next claim (unless cancelled). */
 async function runOne(queue, run, handler, errors, finished, heartbeat, pace) {
   heartbeat.add(run);
-  const started = performance.now();
-  let outcome, value;
-  try {
-    const result = await inHandlerOf.run(queue, () => handler(decode(run._payload), run));
-    [outcome, value] = ['done', resultText(run, result)];
-  } catch (err) {
-    [outcome, value] = err instanceof Outcome ? [err.outcome, err.value] : ['error', errorText(err, errors)];
-  } finally {
-    heartbeat.remove(run);
-    run._end('finished');
-    pace.took(performance.now() - started);
-  }
-  if (run._releaseDb()) [outcome, value] = leftOpen(run, outcome, value);
-  if (outcome && !run.cancelled) finished.push([run, outcome, value, Date.now()]); // settled with the next claim
+  // the attempt as an OpenTelemetry span (when the app has @opentelemetry/api), its status the outcome
+  await otel.attempt(queue.name, run, async (span) => {
+    const started = performance.now();
+    let outcome, value;
+    try {
+      const result = await inHandlerOf.run(queue, () => handler(decode(run._payload), run));
+      [outcome, value] = ['done', resultText(run, result)];
+    } catch (err) {
+      [outcome, value] = err instanceof Outcome ? [err.outcome, err.value] : ['error', errorText(err, errors)];
+    } finally {
+      heartbeat.remove(run);
+      run._end('finished');
+      pace.took(performance.now() - started);
+    }
+    if (run._releaseDb()) [outcome, value] = leftOpen(run, outcome, value);
+    if (run.cancelled) outcome = null; // settles nothing
+    span.ended(outcome, value);
+    if (outcome) finished.push([run, outcome, value, Date.now()]); // settled with the next claim
+  });
 }
 
 const LEFT_OPEN = 'tinyq: the handler ended with a transaction open on run.db: rolled back';
@@ -336,7 +361,7 @@ const RENEW_ALL = "SELECT tq_renew(json_extract(value, '$[0]'), json_extract(val
  * without dropping it). A NULL marks the run cancelled. */
 function startHeartbeat(writes, lease) {
   const due = new Map(); // run -> time of its next renewal (ms)
-  const every = (run) => Math.max(run.leaseUntil - Date.now(), 100) / 2;
+  const every = (run) => (run._renewEvery = Math.max(run.leaseUntil - Date.now(), 100) / 2);
   let timer = null;
   let timerAt = Infinity; // when the timer fires
   let renewing = false; // a renewal waits for its commit: the next one after it
@@ -348,10 +373,11 @@ function startHeartbeat(writes, lease) {
     if (due.size === 0) return;
     let earliest = Infinity;
     for (const at of due.values()) earliest = Math.min(earliest, at);
-    timerAt = earliest;
-    timer = setTimeout(beat, Math.max(earliest - Date.now(), 1));
+    timerAt = Math.max(earliest, Date.now() + 1); // not in the past: beat() measures how late it fired
+    timer = setTimeout(beat, timerAt - Date.now());
   };
   const beat = () => {
+    warnIfLate(due, Date.now() - timerAt);
     if (renewing) return; // schedule() again once it has committed
     const runs = [...due.keys()];
     renewing = true;
@@ -391,6 +417,22 @@ function startHeartbeat(writes, lease) {
   };
 }
 
+/** Logs, once per job, a renewal that came more than half its interval (a quarter of the
+ * lease) late because its timer fired `firedLate` ms late: the event loop was blocked (a
+ * handler's synchronous loop, CPU work or synchronous I/O), starving the heartbeat, as
+ * Python's asyncio worker warns. Past the lease another worker may take the job. */
+function warnIfLate(due, firedLate) {
+  const now = Date.now();
+  for (const [run, at] of due) {
+    if (run._warnedLate || now < at || firedLate <= run._renewEvery / 2) continue;
+    run._warnedLate = true;
+    console.warn(`tinyq: the lease renewal of job ${run.id} (attempt ${run.attempt}) came ${((now - at) / 1000).toFixed(2)} s `
+      + 'late: a handler is blocking the event loop (a synchronous loop, CPU work or synchronous I/O without await); '
+      + 'await between its parts or move the work to a worker_thread, or another worker may take the job once its '
+      + 'lease runs out');
+  }
+}
+
 /** tq_settle inside the caller's transaction. A settle the extension refuses (a bad delay,
  * say) is recorded as an error instead, so the job does not sit until its lease ends; but a
  * done job stays done, its result dropped (a result over the size limit). */
@@ -423,4 +465,4 @@ function droppedResult(run, reason) {
   return JSON.stringify({ result_dropped: reason });
 }
 
-module.exports = { workLoop, inHandlerOf };
+module.exports = { workLoop, inHandlerOf, stopOnSignal };

@@ -176,3 +176,28 @@ test('jobs claimed ahead by a worker that is then killed (SIGKILL) run in the ne
   assert.deepEqual(held.filter((id, i) => !(q.get(id).settled_at < deadLeases[i])), []);
   q.close();
 });
+
+// Issue 46: eleven handleSignals workers printed MaxListenersExceededWarning (a SIGTERM and a
+// SIGINT listener each); they share one listener per signal, and SIGTERM stops them all.
+test('12 workers with handleSignals: no listener warning, and SIGTERM stops every one', async () => {
+  const file = tempDb();
+  const worker = child(`
+    const warnings = [];
+    process.on('warning', (w) => warnings.push(w.name + ': ' + w.message));
+    const queues = Array.from({ length: 11 }, (_, i) => new tinyq.Queue(process.env.TINYQ_TEST_DB, 'q' + i));
+    const several = new tinyq.Worker(process.env.TINYQ_TEST_DB, { a: async () => 'ok', b: async () => 'ok' },
+      { handleSignals: true, poll: 50 });
+    const works = queues.map((q) => q.work(async () => 'ok', { handleSignals: true, poll: 50 })).concat(several.work());
+    console.log('listeners ' + process.listenerCount('SIGTERM') + ' ' + process.listenerCount('SIGINT'));
+    Promise.all(works).then(() => setImmediate(() => {
+      console.log('stopped all, listeners ' + process.listenerCount('SIGTERM') + ', warnings ' + JSON.stringify(warnings));
+      queues.forEach((q) => q.close());
+      several.close();
+    }));`, file);
+  const [, term, int] = await worker.line(/listeners (\d+) (\d+)\n/);
+  worker.kill('SIGTERM');
+  assert.deepEqual([term, int], ['1', '1'], 'one listener per signal for all the workers');
+  const { code, signal } = await worker.exited;
+  assert.deepEqual({ code, signal }, { code: 0, signal: null });
+  await worker.line(/stopped all, listeners 0, warnings \[\]\n$/);
+});

@@ -82,3 +82,31 @@ test('stop({ timeout }) takes whole ms, and refuses anything else by name', () =
   }
   q.close();
 });
+
+// Issue 46: a step whose function was still running when stop()'s grace ended hung for ever
+// (its put pending on the stopped worker's group commit), or kept its answer in the handler's
+// run.db transaction, or threw the driver's "connection is not open": it throws Cancelled.
+test('a step of an attempt abandoned by stop({ timeout }) throws Cancelled', async () => {
+  for (const inOwnTransaction of [false, true]) {
+    const q = new tinyq.Queue(tempDb(), 'q');
+    q.add({ n: 1 });
+    let release;
+    const late = new Promise((resolve) => { release = resolve; });
+    let step;
+    const working = q.work(async (payload, run) => {
+      setImmediate(() => q.stop({ timeout: 100 }));
+      if (inOwnTransaction) run.db.exec('BEGIN');
+      step = run.step('answer', () => late);
+      return step;
+    }, { poll: 50 });
+    assert.equal(await working, 1);
+    release(7); // the step's function returns once the attempt was abandoned
+    const thrown = await Promise.race([
+      step.then((value) => `kept ${value}`, (err) => err),
+      new Promise((resolve) => setTimeout(() => resolve('hung'), 10000).unref()),
+    ]);
+    assert.ok(thrown instanceof tinyq.Cancelled, `in run.db's transaction: ${inOwnTransaction}: ${thrown}`);
+    assert.match(thrown.value, /step "answer" not kept: attempt 1 of .* is over \(stop\(\)'s grace ended/);
+    q.close();
+  }
+});

@@ -597,3 +597,33 @@ test('a step whose answer cannot be stored fails the job for good: its function 
   assert.match(q.get('cycle').error, /^run\.step 'charge': its answer cannot be stored as JSON \(TypeError: .*circular/);
   assert.deepEqual(all(q.db, 'SELECT name FROM tq_steps(?)', 'bigint'), []);
 });
+
+// Issue 46: a synchronous handler that starved the renewals got no warning (Python's asyncio
+// worker warns). Lease 2 s: the renewal due after 1 s runs once the 1.8 s loop ends.
+test('a handler that blocks the event loop past its renewal gets a warning, once, and its job settles', async () => {
+  const q = new tinyq.Queue(tempDb(), 'q');
+  const id = q.add({}, { id: 'busy' });
+  const warned = [];
+  const warn = console.warn;
+  console.warn = (message) => warned.push(String(message));
+  try {
+    const block = () => { for (const end = Date.now() + 1800; Date.now() < end;); };
+    await q.drain(async (payload, run) => {
+      if (run.attempt > 1) return 'again'; // lease lost on a very loaded machine: still settles
+      block();
+      const renewed = run.leaseUntil;
+      for (const t0 = Date.now(); run.leaseUntil === renewed && !run.cancelled && Date.now() - t0 < 30000;) {
+        await new Promise((resolve) => setTimeout(resolve, 10)); // the late renewal has committed
+      }
+      block(); // late again: no second warning
+      return 'ok';
+    }, { lease: '2s', poll: 50 });
+  } finally {
+    console.warn = warn;
+  }
+  assert.equal(q.get(id).state, 'done');
+  const late = warned.filter((m) => m.includes('lease renewal of job busy'));
+  assert.equal(late.length, 1, warned.join('\n'));
+  assert.match(late[0], /^tinyq: the lease renewal of job busy \(attempt 1\) came \d+\.\d\d s late: a handler is blocking the event loop/);
+  q.close();
+});
