@@ -261,3 +261,14 @@ test-npm-package: deps $(EXT)
 
 clean:
 	rm -rf dist target
+
+# tinyq beside the server-backed queues a team would pick instead (issue 45): Node's work()
+# vs BullMQ (Redis), pg-boss and graphile-worker (PostgreSQL); Queue.work / AsyncQueue.work vs
+# RQ (Redis) and procrastinate (PostgreSQL), at matched durability, side by side in one run.
+# Starts its own redis-server and PostgreSQL (Debian packages, apt-get installed if missing) on
+# free local ports in a folder under bench/work/, stops them after; npm and PyPI peers go to
+# bench/work/ too. Root (runs PostgreSQL as `postgres`). Not in `make test` or `make bench`:
+# about 30 min (SYSTEMS_ARGS=--quick: a few). Writes bench/results/systems.md and systems-*.png.
+.PHONY: bench-systems
+bench-systems: deps $(EXT) node/node_modules
+	$(PY) bench/servers.py $(SYSTEMS_ARGS)
