@@ -260,6 +260,13 @@ async function workLoop(queue, handler, opts) {
           continue;
         }
       }
+      // a full limit: the settles alone, the claim a moment later, so another process may
+      // take the place they free (Share); asked also for a flush of settles, which starts the wait
+      if (share.yields(finished.length > 0) && want > 0) {
+        if (finished.length > 0) await settleAndClaim(writes, finished.splice(0), null, []);
+        await nap(Math.max(1, share.waitLeft()), false);
+        continue;
+      }
       const started = performance.now();
       const held = inflight.size + ahead.length; // leased, and not settled by this commit
       const runs = (await settleAndClaim(writes, finished.splice(0), want > 0 ? claimSql : null, claimArgs(want), share, held))
