@@ -96,6 +96,74 @@ class Pace {
   }
 }
 
+// The queue's concurrency limit (NULL: none), and the leases it counts (Share).
+const LIMIT_OF = "SELECT json_extract(tq_queue(?), '$.concurrency')";
+const LEASES_OF = 'SELECT leases FROM tq_stats(?)';
+const YIELD_MS = 20; // a full limit's claims wait this long for other processes
+const MAX_EVERY = 32; // ... once per 32 settles at the rarest (a worker alone)
+const CHECK_EVERY_MS = 1000; // the queue's limit is read at most this often
+
+/** Other processes' chance at a place of a queue whose concurrency limit is full (issue 46;
+ * Python's _protocol.Share). A settle and the next claim in one commit take back the place
+ * the settle frees, and another process, woken by that commit, finds the limit full again:
+ * one process ran every job of a backlog. So when the limit was full at this worker's last
+ * claim, its settles commit alone (yields()) and its claims wait YIELD_MS: another process
+ * waiting for the queue, woken by the settle's commit, claims the place first. Alone under
+ * a full limit the worker would leave the place idle that long at every job: when its claim
+ * after a yield got all it asked (nobody took the place), it yields at every 2nd settle,
+ * then 4th... up to every MAX_EVERY-th, and at every settle again once its claim comes back
+ * short. Queues without a limit (read at most every CHECK_EVERY_MS) cost no statement. */
+class Share {
+  constructor(queue) {
+    this.queue = queue;
+    this.limit = null;
+    this.checked = -Infinity; // when the limit was read (performance.now())
+    this.full = false; // the limit was full after the last claim
+    this.every = 1; // yield at every `every`-th settle while full
+    this.settles = 0; // settles while full since the last yield
+    this.yielded = false; // the next claim is the first after a yield
+    this.until = 0; // no claim before then (performance.now()): a yield
+  }
+
+  /** After a claim of `want` jobs that got `got`, in its transaction; `held`: the leases
+   * this worker held before it (running handlers, jobs claimed ahead). */
+  claimedIn(db, want, got, held) {
+    const now = performance.now();
+    if (now - this.checked >= CHECK_EVERY_MS) {
+      const limit = one(db, LIMIT_OF, this.queue);
+      this.limit = limit === null || limit === undefined ? null : Number(limit); // BigInt with some drivers
+      this.checked = now;
+    }
+    const leases = this.limit === null ? 0 : Number(one(db, LEASES_OF, this.queue) ?? 0);
+    if (this.yielded) {
+      // nobody took the place meanwhile: got all, or every lease is this worker's (a claim
+      // ahead, prefetch, asks more than the limit leaves even a worker alone)
+      this.yielded = false;
+      this.every = got >= want || leases <= held + got ? Math.min(this.every * 2, MAX_EVERY) : 1;
+    }
+    this.full = this.limit !== null && leases >= this.limit;
+  }
+
+  /** Before a commit of settles (`settling`), a claim or both: whether claims wait (for
+   * waitLeft(); the settles commit alone). A commit of settles alone, a claim waiting, starts
+   * the wait too. */
+  yields(settling) {
+    if (this.waitLeft() > 0) return true;
+    if (!(settling && this.full)) return false;
+    this.settles += 1;
+    if (this.settles < this.every) return false;
+    this.settles = 0;
+    this.yielded = true;
+    this.until = performance.now() + YIELD_MS;
+    return true;
+  }
+
+  /** How long claims still wait for others to take a place (ms, 0: none). */
+  waitLeft() {
+    return Math.max(this.until - performance.now(), 0);
+  }
+}
+
 function moving(average, value) {
   return average === null ? value : 0.7 * average + 0.3 * value;
 }
@@ -138,6 +206,7 @@ async function workLoop(queue, handler, opts) {
   const connections = new Connections(file, driver);
   const claimSql = claimStatement(db, claimOpts);
   const writes = new GroupCommit(db); // the step puts, settles, claims and renewals of one turn: one commit
+  const share = new Share(queue.name); // a full concurrency limit: settles go alone
   const waiter = wakeups.acquire(file, driver, poll);
   const inflight = new Set();
   const running = new Set(); // the runs whose handler is running (for stop()'s grace)
@@ -191,8 +260,16 @@ async function workLoop(queue, handler, opts) {
           continue;
         }
       }
+      // a full limit: the settles alone, the claim a moment later, so another process may
+      // take the place they free (Share); asked also for a flush of settles, which starts the wait
+      if (share.yields(finished.length > 0) && want > 0) {
+        if (finished.length > 0) await settleAndClaim(writes, finished.splice(0), null, []);
+        await nap(Math.max(1, share.waitLeft()), false);
+        continue;
+      }
       const started = performance.now();
-      const runs = (await settleAndClaim(writes, finished.splice(0), want > 0 ? claimSql : null, claimArgs(want)))
+      const held = inflight.size + ahead.length; // leased, and not settled by this commit
+      const runs = (await settleAndClaim(writes, finished.splice(0), want > 0 ? claimSql : null, claimArgs(want), share, held))
         .map((job) => new Run(db, job, writes, connections));
       pace.committed(performance.now() - started);
       if (want > 0) drained = runs.length < want;
@@ -257,12 +334,17 @@ function predicted(running, covered, pace) {
 
 /** The settles of every handler that ended since the last turn, and the claim of the free
  * places (claimSql null: none), as one write of the next group commit (with the step puts of
- * this turn). A busy store delays it (group.js), never drops it. */
-async function settleAndClaim(writes, batch, claimSql, args) {
+ * this turn). A busy store delays it (group.js), never drops it. `share` learns after the
+ * claim, in its transaction, whether the queue's concurrency limit is full (`held`: the
+ * worker's leases before it). */
+async function settleAndClaim(writes, batch, claimSql, args, share = null, held = 0) {
   if (batch.length === 0 && claimSql === null) return [];
   return writes.writeNow((db) => {
     for (const [run, outcome, value] of batch) settleIn(db, run, outcome, value);
-    return claimSql === null ? [] : rows(db, claimSql, ...args);
+    if (claimSql === null) return [];
+    const jobs = rows(db, claimSql, ...args);
+    if (share !== null) share.claimedIn(db, args[2], jobs.length, held); // whether the limit is full
+    return jobs;
   });
 }
 

@@ -1,7 +1,8 @@
 """Two worker processes on one store share a queue whose concurrency limit is full (issue
 46): a process that settles a job gives the freed place to whoever claims first, instead
-of claiming it again in the same commit. Real processes of each Python helper; the split
-is counted once every job has finished (conditions, not timing)."""
+of claiming it again in the same commit. Real processes of each helper (Python's threads
+and asyncio, Node's); the split is counted once every job has finished (conditions, not
+timing)."""
 import os
 import signal
 import subprocess
@@ -17,14 +18,18 @@ sys.path.insert(0, os.path.join(ROOT, "python"))
 import tinyq  # noqa: E402
 
 PY = "/usr/bin/python3"
-WORKER = os.path.join(ROOT, "tests", "support", "share_worker.py")
+SUPPORT = os.path.join(ROOT, "tests", "support")
 GIVE_UP_S = 180          # only a failing run waits this long
 JOBS, JOB_MS, LIMIT = 60, 50, 2
 
 
 def start(helper, db_path, concurrency):
     env = dict(os.environ, TINYQ_EXT=EXT, PYTHONPATH=os.path.join(ROOT, "python"))
-    proc = subprocess.Popen([PY, WORKER, helper, db_path, str(concurrency)], stdout=subprocess.PIPE,
+    if helper == "node":
+        argv = ["node", os.path.join(SUPPORT, "share_worker.js"), db_path, str(concurrency)]
+    else:
+        argv = [PY, os.path.join(SUPPORT, "share_worker.py"), helper, db_path, str(concurrency)]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env=env)
     assert proc.stdout.readline().strip() == "working", proc.stderr.read()
     return proc
@@ -61,7 +66,7 @@ def split(helper, db_path, concurrency):
         queue.close()
 
 
-@pytest.mark.parametrize("helper", ("threads", "asyncio"))
+@pytest.mark.parametrize("helper", ("threads", "asyncio", "node"))
 @pytest.mark.parametrize("concurrency", (2, 4))
 def test_two_processes_share_a_full_concurrency_limit(db_path, helper, concurrency):
     counts = split(helper, db_path, concurrency)
