@@ -130,8 +130,9 @@ def check_abandoned(conn, jobs):
 
 def add_jobs(conn, spec):
     """The scenario's jobs, {"n": 0}, {"n": 1}... on each queue, in one transaction; with
-    after_previous, each after the one before it."""
-    conn.execute("BEGIN")
+    after_previous, each after the one before it. IMMEDIATE: a worker may be creating the
+    store meanwhile, and a deferred transaction's write would meet its lock at once."""
+    conn.execute("BEGIN IMMEDIATE")
     previous = {}
     for n in range(spec["jobs"]):
         for queue in queues(spec):
