@@ -75,8 +75,8 @@ const nodeSqlite = {
   transaction(db, fn) {
     let depth = 0; // a savepoint when already inside one of ours or the caller's transaction
     return (...args) => {
-      const nested = depth > 0 || db.isTransaction === true;
-      db.exec(nested ? `SAVEPOINT tinyq_${depth}` : 'BEGIN IMMEDIATE');
+      const nested = depth > 0 || !beginImmediate(db);
+      if (nested) db.exec(`SAVEPOINT tinyq_${depth}`);
       depth += 1;
       try {
         const result = fn(...args);
@@ -84,16 +84,53 @@ const nodeSqlite = {
         return result;
       } catch (err) {
         if (nested) db.exec(`ROLLBACK TO tinyq_${depth - 1}; RELEASE tinyq_${depth - 1}`);
-        else if (db.isTransaction !== false) db.exec('ROLLBACK');
+        else if (nodeInTransaction(db)) db.exec('ROLLBACK');
         throw err;
       } finally {
         depth -= 1;
       }
     };
   },
-  inTransaction: (db) => db.isTransaction !== false, // isTransaction: Node 22.16 and later
+  inTransaction: (db) => nodeInTransaction(db),
   close: (db) => db.close(),
-  file: (db) => memory(typeof db.location === 'function' ? db.location() : null),
+  file: (db) => memory(typeof db.location === 'function' ? db.location() : mainFile(db)),
+};
+
+// node:sqlite before Node 22.16 has neither isTransaction nor location(): SQLite itself
+// answers both. BEGIN fails with this message, and changes nothing, only when a
+// transaction is open.
+const WITHIN = /cannot start a transaction within a transaction/;
+
+/** BEGIN IMMEDIATE on a node:sqlite DatabaseSync: false when the caller has a transaction open. */
+function beginImmediate(db) {
+  if ('isTransaction' in db && db.isTransaction) return false;
+  try {
+    db.exec('BEGIN IMMEDIATE');
+    return true;
+  } catch (err) {
+    if (WITHIN.test(err.message)) return false;
+    throw err;
+  }
+}
+
+/** Whether a node:sqlite DatabaseSync has a transaction open. Without isTransaction: a
+ * deferred BEGIN takes no lock, and its COMMIT with nothing done in it changes nothing. */
+function nodeInTransaction(db) {
+  if ('isTransaction' in db) return db.isTransaction;
+  try {
+    db.exec('BEGIN');
+  } catch (err) {
+    if (WITHIN.test(err.message)) return true;
+    throw err;
+  }
+  db.exec('COMMIT');
+  return false;
+}
+
+/** The file of a DatabaseSync's main database ('' for an in-memory one), from SQLite. */
+const mainFile = (db) => {
+  const row = db.prepare('PRAGMA database_list').all().find((r) => r.name === 'main');
+  return row ? row.file : null;
 };
 
 const ADAPTERS = { 'better-sqlite3': betterSqlite3, 'node:sqlite': nodeSqlite, 'bun:sqlite': bunSqlite };

@@ -128,6 +128,19 @@ def check_abandoned(conn, jobs):
     assert [attempt for _, attempt in claimed] == [2] * jobs, claimed
 
 
+def add_jobs(conn, spec):
+    """The scenario's jobs, {"n": 0}, {"n": 1}... on each queue, in one transaction; with
+    after_previous, each after the one before it. IMMEDIATE: a worker may be creating the
+    store meanwhile, and a deferred transaction's write would meet its lock at once."""
+    conn.execute("BEGIN IMMEDIATE")
+    previous = {}
+    for n in range(spec["jobs"]):
+        for queue in queues(spec):
+            options = {"after": [previous[queue]]} if spec.get("after_previous") and queue in previous else {}
+            previous[queue] = one(conn, "SELECT tq_add(?, ?, ?)", queue, json.dumps({"n": n}), json.dumps(options))
+    conn.execute("COMMIT")
+
+
 @pytest.mark.parametrize("helper", HELPERS)
 @pytest.mark.parametrize("index", range(len(SCENARIOS)), ids=[s["name"] for s in SCENARIOS])
 def test_helper_scenario(tmp_path, helper, index):
@@ -136,21 +149,27 @@ def test_helper_scenario(tmp_path, helper, index):
     conn = connect(db_path)
     if spec.get("settings"):
         one(conn, "SELECT tq_queue('q', ?)", json.dumps(spec["settings"]))
-    workers = [start_worker(helper, db_path, log, index) for _ in range(spec.get("workers", 1))]
+    workers = []
     try:
-        conn.execute("BEGIN")
-        for n in range(spec["jobs"]):
-            for queue in queues(spec):
-                one(conn, "SELECT tq_add(?, ?)", queue, json.dumps({"n": n}))
-        conn.execute("COMMIT")
-        outs = (stop_scenario if spec.get("stop") else until_final)(spec, conn, workers, log)
+        if not spec.get("drain"):     # drain() returns at once on an empty queue: jobs first
+            workers = [start_worker(helper, db_path, log, index) for _ in range(spec.get("workers", 1))]
+        add_jobs(conn, spec)
+        if spec.get("drain"):
+            workers = [start_worker(helper, db_path, log, index)]
+            outs = [w.communicate(timeout=GIVE_UP_S) for w in workers]
+        else:
+            outs = (stop_scenario if spec.get("stop") else until_final)(spec, conn, workers, log)
     finally:
         for w in workers:
             if w.poll() is None:
                 w.kill()
-    for out, err in outs:
-        assert "returned" in out, (out, err)
     expect = spec["expect"]
+    if spec.get("drain"):
+        assert [out.split()[0] for out, _ in outs] == ["drained"], outs
+        assert [json.loads(out.split(None, 1)[1]) for out, _ in outs] == [expect["drained"]], outs
+    else:
+        for out, err in outs:
+            assert "returned" in out, (out, err)
     if "returned" in expect:
         assert sum(int(out.split()[1]) for out, _ in outs) == expect["returned"], outs
     if expect.get("abandoned"):
@@ -162,6 +181,9 @@ def test_helper_scenario(tmp_path, helper, index):
         with open(log) as f:
             starts = collections.Counter(line.split()[0] for line in f if line.split()[3] == "start")
         assert len(starts) == total_jobs(spec) and set(starts.values()) == {1}, starts.most_common(3)
+    for event, n in expect.get("events", {}).items():   # each job logged `event` n times
+        logged = collections.Counter(job for job, _, _ in events(log, event))
+        assert len(logged) == total_jobs(spec) and set(logged.values()) == {n}, (event, logged)
     if expect.get("most_at_once"):
         most = most_at_once(conn, log)
         assert set(most) == set(expect["most_at_once"]), most    # every queue's jobs ran

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # make test-node-drivers: the Node helper's own tests (node/test/) again on the drivers other
-# than better-sqlite3 (make test-node runs them there): node:sqlite on a Node from npm, and
-# bun:sqlite and node:sqlite on Bun from npm ($TINYQ_DRIVER picks the driver, drivers.js). The
-# binaries are installed under target/drivers/npm once. Each run prints
+# than better-sqlite3 (make test-node runs them there): node:sqlite on a Node from npm (a new
+# one, and 22.13, the oldest node/README.md supports), and bun:sqlite and node:sqlite on Bun
+# from npm ($TINYQ_DRIVER picks the driver, drivers.js). The binaries are installed under
+# target/drivers/ once. Each run prints
 # `<runtime>/<driver>: passed (<n> tests; versions)` or its failures; exits 1 if any failed.
 # TINYQ_SUITES="bun/bun:sqlite" runs only those (names as printed).
 set -uo pipefail
@@ -14,6 +15,7 @@ install_npm_binaries || echo "test-node-drivers: npm install failed: the runs be
 # name|driver|command, run in node/
 suites=(
   "node/node:sqlite|node:sqlite|$node_new --test test/*.test.js test/*.test.mjs"
+  "node22/node:sqlite|node:sqlite|$node_old --test test/*.test.js test/*.test.mjs"
   "bun/bun:sqlite|bun:sqlite|$bun test --timeout 120000 test/"
   "bun/node:sqlite|node:sqlite|$bun test --timeout 120000 test/"
 )
@@ -51,6 +53,7 @@ for name in "${names[@]}"; do
   count=$(grep -Eo '^((ℹ|#) pass [0-9]+| *[0-9]+ pass)$' "$log.log" | grep -Eo '[0-9]+' | tail -1)
   runtime=$node_new version=v$node_version
   [ "${name%%/*}" = bun ] && runtime=$bun version=$bun_version
+  [ "${name%%/*}" = node22 ] && runtime=$node_old version=v$node_old_version
   if [ "$(cat "$log.rc")" = 0 ]; then
     echo "$name: passed (${count:-?} tests; ${name%%/*} $version, SQLite $(sqlite_of "$runtime" "${name#*/}"))"
     passed=$((passed + 1))

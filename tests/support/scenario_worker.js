@@ -2,9 +2,10 @@
 // One worker process of a helper scenario (tests/helper_scenarios.json) for the Node helper:
 //   node scenario_worker.js DB LOG INDEX
 // As scenario_worker.py: each handler start appends "id attempt pid start" to LOG (and
-// "... cancelled" / "... end" as the scenario says); prints "returned N" or "raised message"
-// once work() ends (SIGTERM stops it; with the scenario's `stop`, with its timeout, and the
-// process lives on after work() returns).
+// "... cancelled" / "... end" / "... step" as the scenario says); prints "returned N" or
+// "raised message" once work() ends (SIGTERM stops it; with the scenario's `stop`, with its
+// timeout, and the process lives on after work() returns). With the scenario's `drain`:
+// drain() instead, and "drained {summary JSON}" once it returns.
 const fs = require('fs');
 const path = require('path');
 const tinyq = require(path.join(__dirname, '..', '..', 'node'));
@@ -27,6 +28,17 @@ async function handler(payload, run) {
   }
   if ('snooze' in handlerSpec) run.snooze(handlerSpec.snooze);
   if (handlerSpec.durable_sleep_ms) await run.sleep('nap', handlerSpec.durable_sleep_ms);
+  for (const [call, name] of handlerSpec.waits || []) await run[{ wait_signal: 'waitSignal' }[call] || call](name, 0);
+  if ('step_result' in handlerSpec) {
+    await run.step('ask', () => {
+      record(run, 'step');
+      const make = results[handlerSpec.step_result];
+      return make ? make() : handlerSpec.step_result;
+    });
+  }
+  if (run.attempt <= ((handlerSpec.raise_until || {})[payload.n] || 0)) {
+    throw new Error(`attempt ${run.attempt} of job ${payload.n} raises`);
+  }
   const make = results[handlerSpec.result];
   return make ? make() : handlerSpec.result;
 }
@@ -40,6 +52,13 @@ if (spec.queues) { // one work() for all of them; SIGTERM stops it
   return;
 }
 const queue = new tinyq.Queue(db, 'q');
+if (spec.drain) {
+  queue.drain(handler, spec.work).then((summary) => {
+    console.log(`drained ${JSON.stringify(summary)}`);
+    queue.close();
+  }, (err) => console.log(`raised ${err.message}`));
+  return;
+}
 if (spec.stop) process.on('SIGTERM', () => queue.stop({ timeout: spec.stop.timeout_ms }));
 queue.work(handler, { ...spec.work, handleSignals: !spec.stop })
   .then((n) => console.log(`returned ${n}`), (err) => console.log(`raised ${err.message}`))

@@ -4,8 +4,9 @@ threads (tinyq.Queue) or asyncio (tinyq.AsyncQueue) helper:
     python3 scenario_worker.py threads|asyncio DB LOG INDEX
 
 Runs work() with the scenario's options and handler until SIGTERM; each handler start
-appends "id attempt pid start" to LOG (and "... cancelled" / "... end" as the scenario
-says); prints "returned N" or "raised Class: message" at the end. With the scenario's
+appends "id attempt pid start" to LOG (and "... cancelled" / "... end" / "... step" as the
+scenario says); prints "returned N" or "raised Class: message" at the end (with the
+scenario's `drain`, drain() instead, and "drained {summary JSON}" once it returns). With the scenario's
 `stop`, SIGTERM calls stop(timeout=...) and the process lives on after work() returns."""
 import asyncio
 import json
@@ -48,6 +49,18 @@ def result_of(spec):
     return {"unstorable": {1, 2}}.get(spec.get("result"), spec.get("result"))
 
 
+def step_answer(log, run, handler_spec):
+    """A step's function: logs "step", answers the scenario's step_result."""
+    record(log, run, "step")
+    return {"unstorable": {1, 2}}.get(handler_spec["step_result"], handler_spec["step_result"])
+
+
+def raise_until(handler_spec, payload, run):
+    """raise_until: job n's attempts up to that number raise an error."""
+    if run.attempt <= handler_spec.get("raise_until", {}).get(str(payload["n"]), 0):
+        raise RuntimeError("attempt %d of job %d raises" % (run.attempt, payload["n"]))
+
+
 def threads(db, log, spec):
     handler_spec = spec.get("handler", {})
 
@@ -67,11 +80,18 @@ def threads(db, log, spec):
             run.snooze(handler_spec["snooze"])
         if handler_spec.get("durable_sleep_ms"):
             run.sleep("nap", handler_spec["durable_sleep_ms"])
+        for call, name in handler_spec.get("waits", []):
+            getattr(run, call)(name, 0)
+        if "step_result" in handler_spec:
+            run.step("ask", lambda: step_answer(log, run, handler_spec))
+        raise_until(handler_spec, payload, run)
         return result_of(handler_spec)
     if "queues" in spec:     # one work() for all of them; SIGTERM stops it
         queues = {name: (handler, opts) for name, opts in spec["queues"].items()}
         return sum(tinyq.Worker(db, queues, **work_options(spec)).work().values())
     queue = tinyq.Queue(db, "q")
+    if spec.get("drain"):
+        return queue.drain(handler, **work_options(spec))
     if "stop" not in spec:
         return queue.work(handler, **work_options(spec))
     # Off the main thread work() installs no signal handlers: SIGTERM is ours.
@@ -118,6 +138,11 @@ def asyncio_(db, log, spec):
             run.snooze(handler_spec["snooze"])
         if handler_spec.get("durable_sleep_ms"):
             await run.sleep("nap", handler_spec["durable_sleep_ms"])
+        for call, name in handler_spec.get("waits", []):
+            await getattr(run, call)(name, 0)
+        if "step_result" in handler_spec:
+            await run.step("ask", lambda: step_answer(log, run, handler_spec))
+        raise_until(handler_spec, payload, run)
         return result_of(handler_spec)
 
     async def main():
@@ -125,6 +150,8 @@ def asyncio_(db, log, spec):
             queues = {name: (handler, opts) for name, opts in spec["queues"].items()}
             return sum((await tinyq.AsyncWorker(db, queues, **work_options(spec)).work()).values())
         queue = tinyq.AsyncQueue(db, "q")
+        if spec.get("drain"):
+            return await queue.drain(handler, **work_options(spec))
         if "stop" in spec:   # the app's own handler: work() calls it after its own stop()
             asyncio.get_running_loop().add_signal_handler(
                 signal.SIGTERM, lambda: queue.stop(timeout=stop_timeout(spec)))
@@ -143,6 +170,9 @@ def main(kind, db, log, index):
         handled = (threads if kind == "threads" else asyncio_)(db, log, spec)
     except Exception as exc:
         print("raised %s: %s" % (type(exc).__name__, exc), flush=True)
+        return
+    if spec.get("drain"):
+        print("drained %s" % json.dumps(handled), flush=True)
         return
     print("returned %d" % handled, flush=True)
     if "stop" in spec:
