@@ -159,7 +159,7 @@ node/node_modules: node/package.json | deps
 test-node: deps $(EXT) node/node_modules
 	cd node && node --test test/
 
-# The same Node tests on node:sqlite (a Node 24 from npm) and on Bun's bun:sqlite and node:sqlite
+# The same Node tests on node:sqlite (Nodes 22.13 and 24 from npm) and on Bun's bun:sqlite and node:sqlite
 # (Bun from npm), installed once under target/drivers/npm. About 2.5 minutes, one after another.
 test-node-drivers: deps $(EXT) node/node_modules
 	bash tests/drivers/node_helper_suite.sh
