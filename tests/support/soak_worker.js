@@ -83,7 +83,8 @@ async function producer() {
   let n = 0;
   let recent = [];
   while (!fs.existsSync(stop)) {
-    const backlog = q.db.prepare('SELECT waiting + scheduled FROM tq_stats(?)').pluck().get(QUEUE) || 0;
+    // The jobs due now, by this producer's clock (see soak_worker.py).
+    const backlog = q.db.prepare("SELECT count(*) FROM tinyq_jobs WHERE queue = ? AND status = 'queued' AND run_at <= tq_now()").pluck().get(QUEUE) || 0;
     if (backlog < 150) {
       n += 1;
       const kind = pickFrom(KINDS);
