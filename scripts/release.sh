@@ -203,7 +203,11 @@ wine_runtime() {
   cp "$SQLITE_WIN/sqlite3.exe" "$WINE/bin/"
   cat > "$WINE/bin/sqlite3" << EOF
 #!/bin/bash
+set -o pipefail
 export WINEPREFIX="$WINE/prefix" WINEDEBUG=-all WINEDLLOVERRIDES="bcryptprimitives=n"
+# A wineserver that outlives this call by 60 s: one shutting down as the next call starts
+# fails that call ("wine client error ... Connection reset by peer").
+/usr/lib/wine/wineserver64 -p60 2> /dev/null
 "$WINE64" "$WINE/bin/sqlite3.exe" "\$@" 2> >(tr -d '\r' >&2) | tr -d '\r'
 EOF
   chmod +x "$WINE/bin/sqlite3"
@@ -258,13 +262,16 @@ check_musl() {
 # The Windows build: the driver scenario in sqlite3.exe under Wine, and a tq_wait in one Wine
 # process woken by another's add (no inotify there: the portable waiter).
 try_windows() {
-  local dll="$OUT/stage/windows-x86_64/tinyq.dll" version
+  local dll="$OUT/stage/windows-x86_64/tinyq.dll" version out
   file "$dll" | grep -q 'PE32+ executable (DLL).*x86-64' || die "$dll is not an x86-64 Windows DLL"
   version="$("$WINE/bin/sqlite3" :memory: ".load ${dll%.dll}" "SELECT tq_version()")"
   [ "$version" = "$VERSION" ] || die "windows-x86_64 tq_version() is '$version', Cargo.toml says $VERSION"
-  echo "windows-x86_64 $(PATH="$WINE/bin:$PATH" bash tests/drivers/shell/runner.sh "$dll" "$SCENARIO" "$work/windows.db")" \
-    "by sqlite3.exe under $("$WINE64" --version)"
-  echo "windows-x86_64 $(bash tests/platforms/wait_woken.sh "$WINE/bin/sqlite3" "$dll" "$work/windows-wait.db")"
+  out="$(PATH="$WINE/bin:$PATH" bash tests/drivers/shell/runner.sh "$dll" "$SCENARIO" "$work/windows.db")" ||
+    die "windows-x86_64: $out"
+  echo "windows-x86_64 $out by sqlite3.exe under $("$WINE64" --version)"
+  out="$(bash tests/platforms/wait_woken.sh "$WINE/bin/sqlite3" "$dll" "$work/windows-wait.db")" ||
+    die "windows-x86_64: $out"
+  echo "windows-x86_64 $out"
 }
 
 windows_zip() {
@@ -296,12 +303,13 @@ check_binary() {
 
 # The driver scenario through the sqlite3 shell that $1 puts first on PATH ("" for the system's).
 scenario() {
-  local arch=$1 bin=$2 so version
+  local arch=$1 bin=$2 so version out
   so="$(stage "$arch")/tinyq.so"
   version="$(PATH="$bin$PATH" sqlite3 :memory: ".load ${so%.so}" "SELECT tq_version()")"
   [ "$version" = "$VERSION" ] || die "linux-$arch tq_version() is '$version', Cargo.toml says $VERSION"
-  echo "linux-$arch $(PATH="$bin$PATH" bash tests/drivers/shell/runner.sh "$so" "$SCENARIO" "$work/$arch.db")" \
-    "by $(PATH="$bin$PATH" command -v sqlite3)"
+  out="$(PATH="$bin$PATH" bash tests/drivers/shell/runner.sh "$so" "$SCENARIO" "$work/$arch.db")" ||
+    die "linux-$arch: $out"
+  echo "linux-$arch $out by $(PATH="$bin$PATH" command -v sqlite3)"
 }
 
 # The files go in a folder of their own, tinyq-VERSION-linux-ARCH/: unpacked beside a

@@ -7,18 +7,21 @@
 set -euo pipefail
 sqlite=$1 ext=$2 db=$3
 ext=${ext%.*}
+# Each process waits for the others' locks (.timeout, SQLite's busy_timeout), as an application
+# does: without it, the waiter's look at the store can meet the add's commit and fail (busy).
 rm -f "$db" "$db-wal" "$db-shm" "$db-journal"
-"$sqlite" "$db" ".load $ext" "SELECT tq_add('other', '{}')" > /dev/null   # the store exists
+"$sqlite" "$db" ".timeout 10000" ".load $ext" "SELECT tq_add('other', '{}')" > /dev/null   # the store exists
 start=$(date +%s.%N)
 out=$(mktemp) && trap 'rm -f "$out"' EXIT
-("$sqlite" "$db" ".load $ext" "SELECT tq_wait('wake', '60s')" > "$out"; date +%s.%N >> "$out") &
+("$sqlite" "$db" ".timeout 10000" ".load $ext" "SELECT tq_wait('wake', '60s')" > "$out" || echo failed > "$out"
+ date +%s.%N >> "$out") &
 waiter=$!
 sleep 3
 added=$(date +%s.%N)
-"$sqlite" "$db" ".load $ext" "SELECT tq_add('wake', '{}', '{\"id\":\"w1\"}')" > /dev/null
+"$sqlite" "$db" ".timeout 10000" ".load $ext" "SELECT tq_add('wake', '{}', '{\"id\":\"w1\"}')" > /dev/null
 wait "$waiter"
 result=$(head -1 "$out") ended=$(tail -1 "$out")
-claimed=$("$sqlite" "$db" ".load $ext" "SELECT id FROM tq_claim('wake', 'w1', 10)")
+claimed=$("$sqlite" "$db" ".timeout 10000" ".load $ext" "SELECT id FROM tq_claim('wake', 'w1', 10)")
 after=$(echo "$ended - $added" | bc) waited=$(echo "$ended - $start" | bc)
 echo "tq_wait('wake', '60s') gave $result ${waited}s after it began, ${after}s after the other process's add; claimed $claimed"
 [ "$result" = 1 ] && [ "$claimed" = w1 ] && (( $(echo "$after > 0 && $after < 30" | bc) )) ||
