@@ -106,7 +106,7 @@ test-rust: deps
 	$(CARGO) test --release --lib
 
 # (node/node_modules: the soak, tests/test_soak.py, runs Node producers and workers too)
-PACKAGING = test_rust_crate test_install test_release test_pysqlite3 test_django test_otel
+PACKAGING = test_rust_crate test_install test_release test_platforms test_wasi test_pysqlite3 test_django test_otel
 test-python: deps $(EXT) node/node_modules
 	TINYQ_SOAK_SECONDS=$${TINYQ_SOAK_SECONDS:-20} $(PY) -m pytest -q $(PYTEST_PAR) --durations=15 tests \
 	  $(foreach t,$(PACKAGING),--ignore=tests/$(t).py)
@@ -141,7 +141,7 @@ test-python-current: deps $(EXT) node/node_modules
 # processes, packaging or the helpers' own Python logic runs once, in test-python: the
 # soak and the clock jumps (TINYQ_SOAK_SECONDS=0) and the files of ONCE_ONLY, whose SQL is
 # the same functions the rest of the suite calls directly.
-ONCE_ONLY = test_release test_rust_crate test_install test_demo test_dashboard \
+ONCE_ONLY = test_release test_platforms test_wasi test_rust_crate test_install test_demo test_dashboard \
   test_helper_scenarios test_helper_stop test_helper_threads_fail test_queue_work_guard \
   test_asyncio_helper test_asyncio_work_rules test_python_helper test_workflow_helpers \
   test_helpers_keys test_litestream test_cli_exits test_prefork test_stores

@@ -28,7 +28,7 @@ function packDocs(stage) {
 }
 
 function main([dest, ...builds]) {
-  if (!dest || builds.length === 0 || builds.some((b) => !/^[a-z0-9]+-[a-z0-9]+=./.test(b))) {
+  if (!dest || builds.length === 0 || builds.some((b) => !/^[a-z0-9]+-[a-z0-9]+(-musl)?=./.test(b))) {
     throw new Error('usage: node pack.js DEST PLATFORM-ARCH=TINYQ_SO...');
   }
   const manifest = JSON.parse(fs.readFileSync(path.join(__dirname, 'package.json'), 'utf8'));

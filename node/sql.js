@@ -10,9 +10,12 @@ const { adapterOf, openWith } = require('./drivers.js');
 // -- loading ---------------------------------------------------------------------------
 
 /** The build the npm package carries for a platform and architecture (process.platform,
- * process.arch: linux-x64, linux-arm64). */
+ * process.arch: linux-x64, linux-arm64; linux-x64-musl where the C library is musl, whose
+ * Node reports no glibc version). */
 function packagedPath(platform, arch) {
-  return path.join(__dirname, 'prebuilds', `${platform}-${arch}`, 'tinyq.so');
+  const report = platform === 'linux' && process.report ? process.report.getReport() : null;
+  const musl = report !== null && !report.header.glibcVersionRuntime;
+  return path.join(__dirname, 'prebuilds', `${platform}-${arch}${musl ? '-musl' : ''}`, 'tinyq.so');
 }
 
 /** Where the extension is: $TINYQ_EXT, else the build packaged for this machine

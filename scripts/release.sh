@@ -3,7 +3,11 @@
 #   tinyq-VERSION-linux-x86_64.tar.gz, tinyq-VERSION-linux-aarch64.tar.gz  tinyq.so, README, LICENSE
 #     in a folder tinyq-VERSION-linux-ARCH/
 #   sqlite_tinyq-VERSION-py3-none-manylinux_2_17_ARCH.manylinux2014_ARCH.whl  (both ARCHes)
-#   tinyq-VERSION.tgz (npm: both builds, picked at run time by process.arch), tinyq-VERSION.crate
+#   tinyq-VERSION-linux-x86_64-musl.tar.gz  the musl build (Alpine), in tinyq-VERSION-linux-x86_64-musl/
+#   sqlite_tinyq-VERSION-py3-none-musllinux_1_2_x86_64.whl
+#   tinyq-VERSION-windows-x86_64.zip  tinyq.dll, README, LICENSE
+#   tinyq-VERSION.tgz (npm: the three Linux builds, picked at run time by process.arch and
+#     the C library), tinyq-VERSION.crate
 #   SHA256SUMS
 # VERSION is Cargo.toml's, the one place it is written; every package reads it from there.
 #
@@ -15,6 +19,16 @@
 # Debian's arm64 sqlite3 and python3, unpacked the same way. apt-get only downloads, into its
 # own lists under target/release-tools/apt/ (amd64 and arm64), so the machine's apt setup is
 # left as it is. Every tool is cached under target/release-tools/; a second run reuses it.
+#
+# The musl and Windows builds use Debian's Rust too, with its standard library's sources
+# (rust-web-src): cargo builds std for the target (-Zbuild-std, which needs RUSTC_BOOTSTRAP=1),
+# and zig links it. The musl build links libc dynamically (-crt-static off) and needs nothing
+# else: it is tried by a sqlite3 built with musl-gcc (Debian's musl-tools) from the SQLite
+# amalgamation (scripts/sqlite_current.sh). The Windows build is tried under Wine (Debian's
+# wine64) by a sqlite3.exe that zig builds from the same amalgamation: the driver scenario, and
+# a tq_wait woken by another process's add (tests/platforms/). musl-tools and wine64 are the
+# two packages installed on the machine (apt-get install, as root; everything else is fetched
+# into target/release-tools/).
 #
 # Tried before anything is kept: each tinyq.so passes the driver scenario
 # (tests/drivers/scenario.json, through the sqlite3 shell: x86_64 on the system's SQLite, the
@@ -116,7 +130,7 @@ debian_rust() {
   rv="$(echo "$version" | sed 's/^\([0-9]*\.[0-9]*\).*/\1/')"
   llvm="$(apt_own apt-cache depends "libstd-rust-web-$rv" | sed -n 's/^ *Depends: \(libllvm[0-9]*\)$/\1/p' | head -1)"
   unpack_debs "$RUST_ROOT" rustc-web libstd-rust-web-dev "libstd-rust-web-$rv" $llvm \
-    "libstd-rust-web-dev:arm64" "libstd-rust-web-$rv:arm64"
+    "libstd-rust-web-dev:arm64" "libstd-rust-web-$rv:arm64" rust-web-src
   # rustc finds its standard libraries beside itself; only its own shared libraries need a path.
   cat > "$RUST_ROOT/rustc" << EOF
 #!/bin/sh
@@ -140,6 +154,66 @@ arm64_runtime() {
   chmod +x "$TOOLS/arm64/qemu" "$TOOLS/arm64/sqlite3" "$TOOLS/arm64/python3"
 }
 
+# musl-gcc and Wine, installed with apt-get (they do not run from an unpacked tree). Debian
+# runs 64-bit Wine as /usr/lib/wine/wine64 (its `wine` looks for the 32-bit one first).
+WINE64=/usr/lib/wine/wine64
+machine_tools() {
+  local missing=()
+  command -v musl-gcc > /dev/null || missing+=(musl-tools)
+  [ -x "$WINE64" ] || missing+=(wine64)
+  [ ${#missing[@]} = 0 ] && return 0
+  [ "$(id -u)" = 0 ] || die "needs ${missing[*]}: as root, apt-get install ${missing[*]}"
+  say "installing ${missing[*]} (apt-get)"
+  (apt-get update -qq || true) && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" > /dev/null
+}
+
+# The SQLite amalgamation's sqlite3 shell for musl (musl-gcc, through sqlite_current.sh:
+# linked to its own libsqlite3.so, found by rpath) and for Windows (zig, one static .exe; the
+# shell's entry point there is wmain, hence -municode). Not optimized: they only try the
+# builds, and -O0 compiles the amalgamation in a fraction of the time.
+SQLITE_MUSL="$TOOLS/sqlite-musl"
+SQLITE_WIN="$TOOLS/sqlite-windows"
+other_sqlites() {
+  CC=musl-gcc SQLITE_CURRENT_DIR="$SQLITE_MUSL" SQLITE_SHELL_ONLY=1 SQLITE_CFLAGS=-O0 \
+    bash scripts/sqlite_current.sh > /dev/null
+  file "$SQLITE_MUSL/bin/sqlite3" | grep -q 'interpreter /lib/ld-musl-x86_64.so.1' ||
+    die "$SQLITE_MUSL/bin/sqlite3 is not a musl program"
+  local tarball src
+  tarball="$(sed -n 's/^TARBALL="\${SQLITE_TARBALL:-\(.*\)}"$/\1/p' scripts/sqlite_current.sh)"
+  [ "$(cat "$SQLITE_WIN/stamp" 2> /dev/null)" = "$tarball" ] && return 0
+  say "building sqlite3.exe (x86_64-windows-gnu) from $tarball with zig"
+  rm -rf "$SQLITE_WIN" && mkdir -p "$SQLITE_WIN"
+  tar -xzf "$SQLITE_MUSL/src/$tarball" -C "$work"
+  src="$work/${tarball%.tar.gz}"
+  nice python -m ziglang cc -target x86_64-windows-gnu -O0 -DSQLITE_THREADSAFE=1 -DSQLITE_ENABLE_LOAD_EXTENSION \
+    -DSQLITE_USE_URI=1 -DSQLITE_ENABLE_MATH_FUNCTIONS -municode -I"$src" -o "$SQLITE_WIN/sqlite3.exe" "$src/shell.c" "$src/sqlite3.c"
+  echo "$tarball" > "$SQLITE_WIN/stamp"
+}
+
+# Wine, its own prefix under target/release-tools/, and a sqlite3 command that runs
+# sqlite3.exe in it (Windows line ends made Unix ones, for the scenario's diff).
+WINE="$TOOLS/wine"
+wine_runtime() {
+  mkdir -p "$WINE/bin"
+  # Wine 8.0 has no bcryptprimitives.dll ProcessPrng, which Rust's std (1.78 and later) calls
+  # for its random seeds (Windows 10 has it). The shim is the test harness's, never shipped.
+  python -m ziglang cc -target x86_64-windows-gnu -shared -O2 -o "$WINE/bin/bcryptprimitives.dll" \
+    tests/platforms/wine_processprng.c -ladvapi32
+  rm -f "$WINE/bin/"*.pdb "$WINE/bin/"*.lib
+  cp "$SQLITE_WIN/sqlite3.exe" "$WINE/bin/"
+  cat > "$WINE/bin/sqlite3" << EOF
+#!/bin/bash
+set -o pipefail
+export WINEPREFIX="$WINE/prefix" WINEDEBUG=-all WINEDLLOVERRIDES="bcryptprimitives=n"
+# A wineserver that outlives this call by 60 s: one shutting down as the next call starts
+# fails that call ("wine client error ... Connection reset by peer").
+/usr/lib/wine/wineserver64 -p60 2> /dev/null
+"$WINE64" "$WINE/bin/sqlite3.exe" "\$@" 2> >(tr -d '\r' >&2) | tr -d '\r'
+EOF
+  chmod +x "$WINE/bin/sqlite3"
+  [ -d "$WINE/prefix" ] || { say "making a Wine prefix"; WINEPREFIX="$WINE/prefix" WINEDEBUG=-all "$WINE64" wineboot --init > /dev/null 2>&1; }
+}
+
 # -- the builds -----------------------------------------------------------------------------
 
 stage() { echo "$OUT/stage/linux-$1"; }
@@ -154,6 +228,64 @@ build() {
     --manifest-path "$ROOT/Cargo.toml" --target "$target.$GLIBC_MAX" --target-dir "$ROOT/target/release-$arch")
   mkdir -p "$(stage "$arch")"
   cp "$ROOT/target/release-$arch/$target/release/libtinyq.so" "$(stage "$arch")/tinyq.so"
+}
+
+# The musl and Windows builds: Debian's Rust, its std built for the target from its sources.
+# NAME is the stage's folder (and the target folder's suffix), FILE cargo's output, TO its
+# name in the stage. For Windows, Debian's Rust asks the linker for -lssp and -lssp_nonshared,
+# which zig's mingw has no need of and does not have: empty archives satisfy the linker.
+build_std() {
+  local name=$1 target=$2 file=$3 to=$4 flags=(-C target-feature=-crt-static)
+  if [ "$target" = x86_64-pc-windows-gnu ]; then
+    mkdir -p "$TOOLS/ssp-stubs"
+    printf '!<arch>\n' > "$TOOLS/ssp-stubs/libssp.a"
+    printf '!<arch>\n' > "$TOOLS/ssp-stubs/libssp_nonshared.a"
+    flags=(-L "native=$TOOLS/ssp-stubs")
+  fi
+  say "building $to for $name (Debian's Rust, its std built for $target)"
+  (cd "$work" && env RUSTC="$RUST_ROOT/rustc" RUSTC_BOOTSTRAP=1 RUSTFLAGS="${flags[*]}" \
+    nice cargo zigbuild --quiet --release --lib --locked -Zbuild-std=std,panic_abort \
+    --manifest-path "$ROOT/Cargo.toml" --target "$target" --target-dir "$ROOT/target/release-$name")
+  mkdir -p "$OUT/stage/$name"
+  cp "$ROOT/target/release-$name/$target/release/$file" "$OUT/stage/$name/$to"
+}
+
+# The musl build needs libc.so and nothing else (no libgcc_s, no glibc loader).
+check_musl() {
+  local so needed
+  so="$(stage x86_64-musl)/tinyq.so"
+  needed="$(readelf -d "$so" | sed -n 's/.*(NEEDED).*\[\(.*\)\]$/\1/p' | tr '\n' ' ')"
+  [ "$needed" = "libc.so " ] || die "$so needs $needed, not libc.so alone"
+  echo "linux-x86_64-musl tinyq.so needs: $needed"
+}
+
+# The Windows build: the driver scenario in sqlite3.exe under Wine, and a tq_wait in one Wine
+# process woken by another's add (no inotify there: the portable waiter).
+try_windows() {
+  local dll="$OUT/stage/windows-x86_64/tinyq.dll" version out
+  file "$dll" | grep -q 'PE32+ executable (DLL).*x86-64' || die "$dll is not an x86-64 Windows DLL"
+  version="$("$WINE/bin/sqlite3" :memory: ".load ${dll%.dll}" "SELECT tq_version()")"
+  [ "$version" = "$VERSION" ] || die "windows-x86_64 tq_version() is '$version', Cargo.toml says $VERSION"
+  out="$(PATH="$WINE/bin:$PATH" bash tests/drivers/shell/runner.sh "$dll" "$SCENARIO" "$work/windows.db")" ||
+    die "windows-x86_64: $out"
+  echo "windows-x86_64 $out by sqlite3.exe under $("$WINE64" --version)"
+  out="$(bash tests/platforms/wait_woken.sh "$WINE/bin/sqlite3" "$dll" "$work/windows-wait.db")" ||
+    die "windows-x86_64: $out"
+  echo "windows-x86_64 $out"
+}
+
+windows_zip() {
+  local name="tinyq-$VERSION-windows-x86_64"
+  "$PY" - "$OUT/$name.zip" "$EPOCH" "$OUT/stage/windows-x86_64/tinyq.dll" README.md LICENSE << 'EOF'
+import sys, time, zipfile
+out, epoch, files = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
+with zipfile.ZipFile(out, "w") as zf:
+    for path in files:
+        info = zipfile.ZipInfo(path.rsplit("/", 1)[-1], time.gmtime(max(epoch, 315532800))[:6])
+        info.compress_type, info.external_attr = zipfile.ZIP_DEFLATED, 0o644 << 16
+        with open(path, "rb") as f:
+            zf.writestr(info, f.read())
+EOF
 }
 
 # The newest glibc symbol version a library needs, and the check that it is at most 2.17.
@@ -171,12 +303,13 @@ check_binary() {
 
 # The driver scenario through the sqlite3 shell that $1 puts first on PATH ("" for the system's).
 scenario() {
-  local arch=$1 bin=$2 so version
+  local arch=$1 bin=$2 so version out
   so="$(stage "$arch")/tinyq.so"
   version="$(PATH="$bin$PATH" sqlite3 :memory: ".load ${so%.so}" "SELECT tq_version()")"
   [ "$version" = "$VERSION" ] || die "linux-$arch tq_version() is '$version', Cargo.toml says $VERSION"
-  echo "linux-$arch $(PATH="$bin$PATH" bash tests/drivers/shell/runner.sh "$so" "$SCENARIO" "$work/$arch.db")" \
-    "by $(PATH="$bin$PATH" command -v sqlite3)"
+  out="$(PATH="$bin$PATH" bash tests/drivers/shell/runner.sh "$so" "$SCENARIO" "$work/$arch.db")" ||
+    die "linux-$arch: $out"
+  echo "linux-$arch $out by $(PATH="$bin$PATH" command -v sqlite3)"
 }
 
 # The files go in a folder of their own, tinyq-VERSION-linux-ARCH/: unpacked beside a
@@ -195,6 +328,16 @@ wheel() {
   "$PY" -m pip wheel --quiet --disable-pip-version-check --no-deps --no-index -w "$OUT" \
     --config-settings=so="$(stage "$arch")/tinyq.so" \
     --config-settings=platform="manylinux_2_17_$arch.manylinux2014_$arch" ./python
+}
+# The musl wheel: pip takes it for a musllinux_1_2 machine (the .so is the tarball's; the
+# tests compare them). Debian's Python (glibc) cannot load a musl library.
+musl_wheel() {
+  "$PY" -m pip wheel --quiet --disable-pip-version-check --no-deps --no-index -w "$OUT" \
+    --config-settings=so="$(stage x86_64-musl)/tinyq.so" --config-settings=platform=musllinux_1_2_x86_64 ./python
+  local whl="$OUT/sqlite_tinyq-$VERSION-py3-none-musllinux_1_2_x86_64.whl"
+  "$PY" -m pip install --quiet --disable-pip-version-check --no-index --dry-run --ignore-installed \
+    --platform musllinux_1_2_x86_64 --only-binary=:all: --target "$work/musl-target" "$whl"
+  echo "wheel x86_64-musl: pip installs $(basename "$whl") for a musllinux_1_2_x86_64 machine"
 }
 wheel_file() { echo "$OUT/sqlite_tinyq-$VERSION-py3-none-manylinux_2_17_$1.manylinux2014_$1.whl"; }
 
@@ -227,7 +370,8 @@ try_wheels() {
 }
 
 npm_package() {
-  node node/pack.js "$OUT" "linux-x64=$(stage x86_64)/tinyq.so" "linux-arm64=$(stage aarch64)/tinyq.so" > /dev/null
+  node node/pack.js "$OUT" "linux-x64=$(stage x86_64)/tinyq.so" "linux-arm64=$(stage aarch64)/tinyq.so" \
+    "linux-x64-musl=$(stage x86_64-musl)/tinyq.so" > /dev/null
   # Installed as npm would (node_modules/tinyq), with the repository's better-sqlite3 beside it.
   mkdir -p "$work/app/node_modules/tinyq"
   tar -xzf "$OUT/tinyq-$VERSION.tgz" -C "$work/app/node_modules/tinyq" --strip-components=1
@@ -243,7 +387,13 @@ const got = tinyq.load(new Database(':memory:')).prepare('SELECT tq_version()').
 if (got !== version || version !== process.argv[2]) throw new Error(`${got} ${version}`);
 Object.defineProperty(process, 'arch', { value: 'arm64' });
 if (tinyq.extensionPath() !== packaged('linux-arm64')) throw new Error(tinyq.extensionPath());
-console.log(`npm tinyq ${version}: picks prebuilds/linux-x64 on x64 and prebuilds/linux-arm64 on arm64; tq_version() ${got}`);
+// On musl, Node's report has no glibc version (what detect-libc and @libsql/* look at too).
+Object.defineProperty(process, 'arch', { value: 'x64' });
+const report = process.report.getReport;
+process.report.getReport = () => { const r = report.call(process.report); delete r.header.glibcVersionRuntime; return r; };
+if (tinyq.extensionPath() !== packaged('linux-x64-musl')) throw new Error(tinyq.extensionPath());
+console.log(`npm tinyq ${version}: picks prebuilds/linux-x64 on x64, prebuilds/linux-arm64 on arm64 and ` +
+  `prebuilds/linux-x64-musl on x64 musl; tq_version() ${got}`);
 EOF
   (cd "$work/app" && env -u TINYQ_EXT node check.js "$VERSION")
 }
@@ -264,18 +414,28 @@ zig_tools
 apt_lists
 debian_rust
 arm64_runtime
+machine_tools
+other_sqlites
+wine_runtime
 
 build x86_64
 build aarch64
+build_std linux-x86_64-musl x86_64-unknown-linux-musl libtinyq.so tinyq.so
+build_std windows-x86_64 x86_64-pc-windows-gnu tinyq.dll tinyq.dll
 for arch in x86_64 aarch64; do check_binary "$arch"; done
+check_musl
 scenario x86_64 ""
 scenario aarch64 "$TOOLS/arm64:"
+scenario x86_64-musl "$SQLITE_MUSL/bin:"
+try_windows
 for arch in x86_64 aarch64; do tarball "$arch" && wheel "$arch"; done
+tarball x86_64-musl && musl_wheel
+windows_zip
 try_wheels
 npm_package
 crate
 
 rm -rf "$OUT/stage"
-(cd "$OUT" && sha256sum -- *.tar.gz *.whl *.tgz *.crate > SHA256SUMS)
+(cd "$OUT" && sha256sum -- *.tar.gz *.zip *.whl *.tgz *.crate > SHA256SUMS)
 echo "dist/release (tinyq $VERSION):"
-(cd "$OUT" && ls -l -- *.tar.gz *.whl *.tgz *.crate | awk '{printf "  %-78s %9d\n", $9, $5}')
+(cd "$OUT" && ls -l -- *.tar.gz *.zip *.whl *.tgz *.crate | awk '{printf "  %-78s %9d\n", $9, $5}')

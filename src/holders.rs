@@ -21,8 +21,10 @@ struct Me {
 fn me() -> Option<&'static Me> {
     static ME: OnceLock<Option<Me>> = OnceLock::new();
     ME.get_or_init(|| {
+        // The machine first: where there is none to read (WASI), std::process::id() panics.
+        let machine = machine()?;
         let pid = i64::from(std::process::id());
-        Some(Me { machine: machine()?, pid, started: start_ticks(pid)? }).filter(|m| !m.machine.is_empty())
+        Some(Me { machine, pid, started: start_ticks(pid)? }).filter(|m| !m.machine.is_empty())
     })
     .as_ref()
 }

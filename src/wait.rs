@@ -203,7 +203,7 @@ fn wait(conn: &Conn, queues: &[String], timeout: &Val) -> Result<Vec<String>> {
     }
     let mut watch = Watch::arm(conn);
     // Files written just now: maybe by a commit not yet published when `seen` was read.
-    let mut settle_until = watch.as_ref().map_or(0, |w| w.written_at + SETTLE_MS);
+    let mut settle_until = watch.as_ref().map_or(0, |w| w.written_at() + SETTLE_MS);
     let mut pulse = None; // prepared at the first beat: most waits end before
     let mut next_beat = time::system_ms() + PULSE_MS;
     loop {

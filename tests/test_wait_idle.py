@@ -325,3 +325,28 @@ def test_the_shared_waiter_sleeps_in_short_calls_while_one_of_its_pools_is_awake
     finally:
         _waiter.release(call, waiter)
         waiter.ended(5)
+
+
+def inotify_fds(pid):
+    """How many inotify instances the process holds open."""
+    fds = f"/proc/{pid}/fd"
+    return sum(os.readlink(os.path.join(fds, fd)) == "anon_inode:inotify" for fd in os.listdir(fds))
+
+
+@pytest.mark.parametrize("journal", JOURNALS)
+def test_the_portable_waiter_wakes_for_an_add_from_another_process(db_path, journal, monkeypatch):
+    """TINYQ_WAKE=poll: the waiter of Windows, macOS and WASI (no inotify; it looks at PRAGMA
+    data_version every few ms), run here so that a Linux run catches its regressions. It
+    holds no inotify instance, and an add from another process ends its 30 s wait."""
+    conn = store(db_path, journal)
+    monkeypatch.setenv("TINYQ_WAKE", "poll")
+    waiter = asleep_waiter(WAITER, db_path)   # inside its wait: a watch would be armed by now
+    try:
+        fds = inotify_fds(waiter.pid)
+        add(conn, "wake", id="w1")
+        res = json.loads(waiter.stdout.readline())
+    finally:
+        waiter.wait(timeout=60)
+        conn.close()
+    assert fds == 0
+    assert res == {"r": 1, "jobs": 1}   # 1 before its 30 s were up: woken by the add

@@ -303,7 +303,9 @@ impl Conn {
         }
     }
 
-    /// The file the `main` database is in; None in memory or a temporary database.
+    /// The file the `main` database is in; None in memory or a temporary database. (Only the
+    /// inotify waiter asks, on Linux.)
+    #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
     pub fn file_name(&self) -> Option<String> {
         // SAFETY: sqlite3_db_filename returns null or a string alive as long as the connection.
         let name = unsafe { c_text(sql!(db_filename(self.db, c"main".as_ptr()))) };

@@ -17,6 +17,7 @@ pub(crate) mod checkpoint;
 mod conn;
 mod direct;
 mod func;
+#[cfg(target_os = "linux")]
 mod inotify;
 mod load;
 mod memory;
@@ -29,6 +30,7 @@ pub use conn::Conn;
 pub use error::{Error, Result};
 pub use ffi::libversion;
 pub use func::{register as register_function, Body, DIRECT_ONLY, INNOCUOUS, TRIGGERS};
+#[cfg(target_os = "linux")]
 pub use inotify::{local_file, Inotify};
 pub use load::sqlite3_tinyq_init;
 #[cfg(feature = "rusqlite")]

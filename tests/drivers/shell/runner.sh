@@ -39,7 +39,8 @@ if ! diff "$work/expected.out" "$work/actual.out" > "$work/diff"; then
   fail "output differs (< expected, > got): $(grep '^[<>]' "$work/diff" | head -4 | tr '\n' ' ') $(head -2 "$work/actual.err" | tr '\n' ' ')"
 fi
 while IFS=$'\t' read -r line text; do
-  grep -qF "error near line $line: " "$work/actual.err" && grep -F "error near line $line: " "$work/actual.err" | grep -qF "$text" \
+  # (the shell says "Error near line" since 3.5x, "error near line" before)
+  grep -qiF "error near line $line: " "$work/actual.err" && grep -iF "error near line $line: " "$work/actual.err" | grep -qF "$text" \
     || fail "no error containing '$text' at line $line (stderr: $(head -2 "$work/actual.err" | tr '\n' ' '))"
 done < "$work/errors.tsv"
 [ "$(wc -l < "$work/actual.err")" = "$(wc -l < "$work/errors.tsv")" ] || fail "unexpected errors: $(cat "$work/actual.err")"
