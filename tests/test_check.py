@@ -335,12 +335,17 @@ def test_cli_check_sees_a_store_with_a_garbage_version_and_bad_usage_is_2(busy, 
     assert_error(tinyq("check", str(empty)), 2, "no tinyq store")
 
 
-def test_tq_check_names_foreign_objects_that_act_on_tinyq(db):
-    """A trigger on a tinyq table, a trigger that writes one, a CHECK that calls tq_settle:
+def test_tq_check_names_foreign_objects_that_act_on_tinyq(db_path):
+    """A trigger on a tinyq table, a trigger that writes one, a trigger that calls tq_settle:
     none is tinyq's, each runs inside tinyq's writes; tq_check names them (and leaves them).
     An app's own trigger that enqueues with tq_add and a view reading tinyq_jobs are fine."""
+    db = connect(db_path)
     add(db, "q", "{}", id="a")
-    db.executescript("""
+    db.close()
+    # Written without tinyq, as a file someone else wrote would be; the call to tq_settle is
+    # put in with writable_schema (SQLite checks a function's name when a trigger is made).
+    other = sqlite3.connect(db_path, isolation_level=None)
+    other.executescript("""
         CREATE TABLE orders (id INTEGER PRIMARY KEY, item TEXT);
         CREATE TRIGGER orders_enqueue AFTER INSERT ON orders BEGIN
             SELECT tq_add('ship', json_object('order', NEW.id));
@@ -348,8 +353,14 @@ def test_tq_check_names_foreign_objects_that_act_on_tinyq(db):
         CREATE VIEW running_jobs AS SELECT id FROM tinyq_jobs WHERE status = 'running';
         CREATE TRIGGER audit_jobs AFTER UPDATE ON tinyq_jobs BEGIN SELECT 1; END;
         CREATE TRIGGER pause_all AFTER INSERT ON orders BEGIN UPDATE "tinyq_queues" SET paused = 1; END;
-        CREATE TABLE settler (id TEXT, attempt INT, CHECK (tq_settle(id, attempt, 'done') >= 0));
+        CREATE TRIGGER settler AFTER INSERT ON orders BEGIN SELECT printf('%d', 1); END;
+        PRAGMA writable_schema = ON;
+        UPDATE sqlite_schema SET sql = replace(sql, 'printf(''%d'', 1)', 'tq_settle(''a'', 1, ''done'')')
+         WHERE name = 'settler';
+        PRAGMA writable_schema = OFF;
     """)
+    other.close()
+    db = connect(db_path)
     found = {p["object"]: p for p in check(db) if p["problem"] == "foreign"}
     assert set(found) == {"audit_jobs", "pause_all", "settler"}, found
     assert "fires on tinyq_jobs" in found["audit_jobs"]["detail"]
