@@ -21,6 +21,7 @@ mod func;
 mod inotify;
 mod load;
 mod memory;
+mod pulse;
 mod stmt;
 mod table_fn;
 mod vtab;
