@@ -1,23 +1,11 @@
 'use strict';
 // Queue.drain: work() until no job of the queue is running or due now, then a summary
 // { done, failed, retried } of the attempts it ran (as Python's Queue.drain).
-const { test, afterEach } = require('node:test');
+const { test } = require('node:test');
 const assert = require('node:assert/strict');
 const tinyq = require('..');
 
-const { tempDb, value } = require('../test-support');
-
-const queues = [];
-const newQueue = (file = tempDb(), name = 'mail') => {
-  queues.push(new tinyq.Queue(file, name));
-  return queues[queues.length - 1];
-};
-afterEach(async () => {
-  for (const q of queues.splice(0)) {
-    await q.stop();
-    q.close();
-  }
-});
+const { newQueue, value } = require('../test-support');
 
 /** A job that fails once, a chain blocked on a job, a job that adds two more, a job without
  * tries left: what the drain must run to the end. */
@@ -31,7 +19,7 @@ function mixedJobs(q) {
 }
 
 test('drain runs retries, dependents and the jobs handlers add, and counts a failure', async () => {
-  const q = newQueue();
+  const q = newQueue('mail');
   mixedJobs(q);
   const handler = async (payload, run) => {
     if (payload === 'parent') new tinyq.Queue(run.db, 'mail').addMany(['child', 'child'], { ids: ['child:1', 'child:2'] });
@@ -47,7 +35,7 @@ test('drain runs retries, dependents and the jobs handlers add, and counts a fai
 });
 
 test('drain counts run.fail, and retries until the tries run out', async () => {
-  const q = newQueue();
+  const q = newQueue('mail');
   q.settings({ backoff: 0 });
   q.add('give up', { id: 'gives-up' });
   q.add('always', { id: 'always', attempts: 3 });
@@ -60,7 +48,7 @@ test('drain counts run.fail, and retries until the tries run out', async () => {
 });
 
 test('drain does not wait for a job scheduled later', async () => {
-  const q = newQueue();
+  const q = newQueue('mail');
   q.settings({ backoff: '1h' });
   q.add('later', { id: 'later', delay: '1h' });
   q.add('fails', { id: 'fails' });
@@ -72,7 +60,7 @@ test('drain does not wait for a job scheduled later', async () => {
 });
 
 test('drain with the adding connection\'s clock pinned back runs a job added with a delay', async () => {
-  const q = newQueue();
+  const q = newQueue('mail');
   value(q.db, 'SELECT tq_clock(?)', Date.now() - 2 * 3600000);
   q.add('reminder', { id: 'remind', delay: '1h' });
   value(q.db, 'SELECT tq_clock(NULL)');
@@ -81,7 +69,7 @@ test('drain with the adding connection\'s clock pinned back runs a job added wit
 });
 
 test('drain of a queue never used returns at once; drain refuses a queue already working', async () => {
-  const q = newQueue(tempDb(), 'never-used');
+  const q = newQueue('never-used');
   assert.deepEqual(await q.drain(() => null), { done: 0, failed: 0, retried: 0 });
   const working = q.work(() => null, { poll: 50 });
   assert.throws(() => q.drain(() => null), /already working/);

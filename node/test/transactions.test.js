@@ -2,23 +2,12 @@
 // A handler's transaction on run.db holds its own writes only (docs/design.md, "A handler's
 // transaction"), and an app's transaction in the worker's process never freezes the event loop
 // nor drops the worker's settles.
-const { test, afterEach } = require('node:test');
+const { test } = require('node:test');
 const assert = require('node:assert/strict');
 const tinyq = require('..');
 
-const { exec, tempDb, value } = require('../test-support');
+const { exec, newQueue, tempDb, value } = require('../test-support');
 
-const queues = [];
-const newQueue = (file = tempDb(), name = 'q') => {
-  queues.push(new tinyq.Queue(file, name));
-  return queues[queues.length - 1];
-};
-afterEach(async () => {
-  for (const q of queues.splice(0)) {
-    await q.stop();
-    q.close();
-  }
-});
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 
 async function until(check, ms = 60000) {
@@ -93,7 +82,7 @@ test('a handler that ends with a transaction open on run.db: rolled back, the jo
 
 test('an app transaction in the worker\'s process: no event-loop stall, every job settled once', async () => {
   const file = tempDb();
-  const q = newQueue(file);
+  const q = newQueue('q', file);
   q.settings({ lease: '2s' });
   const app = tinyq.open(file); // the app's own connection, in the worker's process
   exec(app, 'CREATE TABLE orders (n INTEGER)');

@@ -1,23 +1,11 @@
 'use strict';
 // Queue.work(): outcomes, errors, lease renewals, stop(), cancellation and timeouts.
-const { test, afterEach } = require('node:test');
+const { test } = require('node:test');
 const assert = require('node:assert/strict');
 const tinyq = require('..');
 
-const { all, tempDb, value } = require('../test-support');
+const { all, closeQueue, newQueue, tempDb, value } = require('../test-support');
 
-// Every test's queues are stopped and closed after it, even when it fails, so that a
-// failing test cannot leave a worker running (which would keep the test process alive).
-const queues = [];
-const newQueue = (name = 'q') => {
-  queues.push(new tinyq.Queue(tempDb(), name));
-  return queues[queues.length - 1];
-};
-afterEach(async () => {
-  for (const q of queues.splice(0)) {
-    await q.stop();
-    }
-});
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 
 /** The store's clock when job `id` last changed state (its last watch event). */
@@ -366,8 +354,7 @@ test('prefetch (auto): every job runs once, in claim order, with jobs claimed ah
       assert.ok(ids.every((id) => q.get(id).state === 'done' && q.get(id).attempt === 1));
       assert.ok(most <= concurrency + 7, `${most} leased at once with concurrency ${concurrency}`);
       mostOfAll = Math.max(mostOfAll, most);
-      await q.stop();
-      q.close();
+      await closeQueue(q);
     }
     assert.ok(mostOfAll > concurrency, `at most ${mostOfAll} leased at once with concurrency ${concurrency}`);
   }
@@ -480,7 +467,7 @@ test('once work() has returned, nothing of the worker holds the database open', 
     const stopped = Promise.all([q.stop(), working]).then(() => 'stopped');
     assert.equal(await Promise.race([stopped, outwaited]), 'stopped');
     clearTimeout(timer);
-    q.close();
+    await closeQueue(q);
     assert.deepEqual(openHandles(q.path), [], `stopped after ${stopAt} ms`);
   }
 });

@@ -2,26 +2,15 @@
 // Workflows in the Node helper: add's after / after_failed, Queue.signal and Queue.deps, and in
 // handlers run.waitFor, run.waitSignal and run.sleep, which end the attempt while they wait (the
 // worker's place is free) and return on the replay, the steps kept not done again.
-const { test, afterEach } = require('node:test');
+const { test } = require('node:test');
 const assert = require('node:assert/strict');
 const { spawn } = require('child_process');
 const fs = require('fs');
 const path = require('path');
 const tinyq = require('..');
 
-const { tempDb, value } = require('../test-support');
+const { newQueue, tempDb, value } = require('../test-support');
 
-const queues = [];
-const newQueue = (file = tempDb()) => {
-  queues.push(new tinyq.Queue(file, 'wf'));
-  return queues[queues.length - 1];
-};
-afterEach(async () => {
-  for (const q of queues.splice(0)) {
-    await q.stop();
-    q.close();
-  }
-});
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 
 /** Resolves once `check()` is truthy (polled), or fails after `ms`. */
@@ -36,7 +25,7 @@ async function until(check, what, ms = 60000) {
 const stateOf = (q, id) => q.get(id)?.state;
 
 test('a parent adds children, waitFor returns their results, a worker of concurrency 1 runs them all', async () => {
-  const q = newQueue();
+  const q = newQueue('wf');
   q.add({ kind: 'parent' }, { id: 'parent' });
   const starts = [];
   const working = q.work(async (payload, run) => {
@@ -57,7 +46,7 @@ test('a parent adds children, waitFor returns their results, a worker of concurr
 });
 
 test('add with after blocks the job until its dependency is done; after_failed reaches tq_add', async () => {
-  const q = newQueue();
+  const q = newQueue('wf');
   q.add('first', { id: 'first' });
   q.add('then', { id: 'then', after: ['first'], after_failed: 'run' });
   assert.equal(stateOf(q, 'then'), 'blocked');
@@ -72,7 +61,7 @@ test('add with after blocks the job until its dependency is done; after_failed r
 });
 
 test('waitSignal: the job waits without its place, a signal brings the payload, its step is not redone', async () => {
-  const q = newQueue();
+  const q = newQueue('wf');
   q.add({ kind: 'approval' }, { id: 'ticket-1' });
   const drafts = [];
   const sent = [];
@@ -99,7 +88,7 @@ test('waitSignal: the job waits without its place, a signal brings the payload, 
 });
 
 test('waitSignal resolves to null after its timeout; sleep snoozes until its time', async () => {
-  const q = newQueue();
+  const q = newQueue('wf');
   q.add('wait', { id: 'wait' });
   q.add('nap', { id: 'nap' });
   const attempts = { wait: 0, nap: 0 };
@@ -121,7 +110,7 @@ test('waitSignal resolves to null after its timeout; sleep snoozes until its tim
 });
 
 test('bad arguments are refused with the name of the call', async () => {
-  const q = newQueue();
+  const q = newQueue('wf');
   q.add('x', { id: 'x' });
   const errors = [];
   const working = q.work(async (payload, run) => {
@@ -140,7 +129,7 @@ test('bad arguments are refused with the name of the call', async () => {
 
 test('a worker SIGKILLed while its job waits for a signal loses nothing', async () => {
   const file = tempDb();
-  const q = newQueue(file);
+  const q = newQueue('wf', file);
   const log = path.join(path.dirname(file), 'events.log');
   fs.writeFileSync(log, '');
   q.add({ kind: 'approval', signal: 'approve:9' }, { id: 'ticket-9' });
@@ -167,7 +156,7 @@ test('a worker SIGKILLed while its job waits for a signal loses nothing', async 
 
 test('DEP_01 waitFor keeps jobs that were done at once', async () => {
   const file = tempDb();
-  const q = newQueue(file);
+  const q = newQueue('wf', file);
   q.settings({ dedupe: '1h' });
   q.addMany(['child', 'child'], { ids: ['c1', 'c2'] });
   assert.deepEqual(await q.drain((payload, run) => run.id), { done: 2, failed: 0, retried: 0 });
@@ -200,7 +189,7 @@ test('DEP_01 waitFor keeps jobs that were done at once', async () => {
 });
 
 test('a second sleep or signal wait of one name in a job is an error; a replay is no second use', async () => {
-  const q = newQueue();
+  const q = newQueue('wf');
   q.add('spins', { id: 'spins', attempts: 1 });
   q.add('times-out', { id: 'times-out', attempts: 1 });
   q.add('named', { id: 'named', attempts: 1 });
