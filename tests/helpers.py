@@ -331,3 +331,22 @@ def cargo_version():
     import tomllib
     with open(os.path.join(ROOT, "Cargo.toml"), "rb") as f:
         return tomllib.load(f)["package"]["version"]
+
+
+# What examples/rust (its src/main.rs) prints after its versions line, job ids read as ID: the
+# same on Linux (tests/test_rust_crate.py) and on WASI (tests/test_wasi.py).
+RUST_EXAMPLE_LINES = [
+    "added ID",
+    "added ID",
+    "worker-1 sent ada@example.com (attempt 1): settled 1, now done",
+    "worker-1 sent grace@example.com (attempt 1): settled 1, now done",
+    "2 jobs done",
+    "closed",
+]
+
+
+def check_rust_example_output(out):
+    """examples/rust's printed lines `out`: this tinyq's version and some SQLite's, then
+    RUST_EXAMPLE_LINES."""
+    assert re.fullmatch(r"tinyq %s on SQLite \S+" % re.escape(cargo_version()), out[0]), out
+    assert [re.sub(r"tq_\w+", "ID", line) for line in out[1:]] == RUST_EXAMPLE_LINES, out

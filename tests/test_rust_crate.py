@@ -3,10 +3,9 @@ on tinyq (`rusqlite` feature, no default features) and rusqlite with its bundled
 tinyq::register and tinyq::auto_extension, and runs a producer and a worker in plain SQL.
 Built and run here; its dependency tree holds one SQLite, rusqlite's."""
 import os
-import re
 import subprocess
 
-from helpers import ROOT, cargo_version
+from helpers import ROOT, check_rust_example_output
 
 EXAMPLE = os.path.join(ROOT, "examples", "rust")
 MANIFEST = os.path.join(EXAMPLE, "Cargo.toml")
@@ -25,17 +24,7 @@ def cargo(command, *args, timeout=1800):
 
 def test_the_rust_example_runs_with_tinyq_linked_in(tmp_path):
     db = str(tmp_path / "jobs.db")
-    out = cargo("run", "--quiet", "--", db).splitlines()
-    first = re.fullmatch(r"tinyq (\S+) on SQLite (\S+)", out[0])
-    assert first and first.group(1) == cargo_version(), out
-    assert [re.sub(r"tq_\w+", "ID", line) for line in out[1:]] == [
-        "added ID",
-        "added ID",
-        "worker-1 sent ada@example.com (attempt 1): settled 1, now done",
-        "worker-1 sent grace@example.com (attempt 1): settled 1, now done",
-        "2 jobs done",
-        "closed",
-    ]
+    check_rust_example_output(cargo("run", "--quiet", "--", db).splitlines())
     # The store it wrote is an ordinary tinyq store: the loadable build reads it.
     shell = subprocess.run(["sqlite3", db, ".load %s" % os.path.join(ROOT, "dist", "tinyq"),
                             "SELECT group_concat(state) FROM tq_jobs"], capture_output=True, text=True)

@@ -5,12 +5,11 @@ without: leases simply run out, and tq_wait polls. Needs the wasm32-wasip1 stand
 (rustup target add wasm32-wasip1) and zig as its C compiler (make release fetches it into
 target/release-tools/zig); skips without them. Part of the release smoke (make test-all)."""
 import os
-import re
 import subprocess
 
 import pytest
 
-from helpers import ROOT, cargo_version
+from helpers import ROOT, check_rust_example_output
 
 EXAMPLE = os.path.join(ROOT, "examples", "rust", "Cargo.toml")
 ZIG_BIN = os.path.join(ROOT, "target", "release-tools", "zig", "bin")
@@ -37,14 +36,5 @@ def test_the_crate_runs_add_claim_settle_get_on_wasi_under_node(tmp_path):
     run = subprocess.run(["node", "--no-warnings", os.path.join(ROOT, "tests", "platforms", "wasi_run.js"), wasm,
                           str(tmp_path), "/data/jobs.db"], capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stdout + run.stderr
-    out = run.stdout.splitlines()
-    assert re.fullmatch(r"tinyq %s on SQLite \S+" % re.escape(cargo_version()), out[0]), out
-    assert [re.sub(r"tq_\w+", "ID", line) for line in out[1:]] == [
-        "added ID",
-        "added ID",
-        "worker-1 sent ada@example.com (attempt 1): settled 1, now done",
-        "worker-1 sent grace@example.com (attempt 1): settled 1, now done",
-        "2 jobs done",
-        "closed",
-    ]
+    check_rust_example_output(run.stdout.splitlines())
     assert os.path.getsize(tmp_path / "jobs.db") > 0    # a file in the folder WASI was given
