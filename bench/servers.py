@@ -44,6 +44,8 @@ import tempfile
 import threading
 import time
 
+from _common import best_of, better, child_error, log, npm_install
+
 BENCH = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(BENCH)
 WORK = os.path.join(BENCH, "work")
@@ -91,10 +93,6 @@ LEVELS = {  # durability level -> setting per kind
     "strict": {"sqlite": "FULL", "redis": "always", "pg": "on"},
     "relaxed": {"sqlite": "NORMAL", "redis": "everysec", "pg": "off"},
 }
-
-
-def log(msg, started=[time.monotonic()]):
-    print("  .. %s (%.0fs)" % (msg, time.monotonic() - started[0]), file=sys.stderr, flush=True)
 
 
 # =========================================================================== Python children
@@ -671,20 +669,9 @@ def measure_once(services, folder, system, level, workload, size):
     try:
         result = json.loads(lines[-1])
     except (IndexError, ValueError):
-        errors = [x for x in err.strip().splitlines() if "rror" in x] or err.strip().splitlines() or ["exit %s" % proc.returncode]
-        return {"error": errors[0].strip()[:160]}
+        return {"error": child_error(err, proc.returncode)}
     result.update(worker_mb=peak["worker"], server_mb=peak["server"] if server else None)
     return result
-
-
-def better(a, b):
-    if a is None or "error" in a:
-        return b
-    if "error" in b:
-        return a
-    if "p50_ms" in a:
-        return a if a["p50_ms"] <= b["p50_ms"] else b
-    return a if a["jobs"] / a["seconds"] >= b["jobs"] / b["seconds"] else b
 
 
 # =========================================================================== setup
@@ -697,16 +684,7 @@ def setup():
         subprocess.run([VENV_PY, "-m", "pip", "install", "-q", "--disable-pip-version-check"] + PY_PACKAGES, check=True)
         with open(stamp, "w") as f:
             f.write(" ".join(PY_PACKAGES))
-    stamp = os.path.join(NODE_DIR, ".stamp")
-    if not (os.path.exists(stamp) and open(stamp).read() == " ".join(NODE_PACKAGES)):
-        log("npm install %s into %s" % (" ".join(NODE_PACKAGES), os.path.relpath(NODE_DIR, ROOT)))
-        os.makedirs(NODE_DIR, exist_ok=True)
-        with open(os.path.join(NODE_DIR, "package.json"), "w") as f:
-            json.dump({"name": "tinyq-bench-systems", "private": True}, f)
-        subprocess.run(["npm", "install", "--no-audit", "--no-fund", "--loglevel=error"] + NODE_PACKAGES,
-                       cwd=NODE_DIR, check=True, stdout=subprocess.DEVNULL)
-        with open(stamp, "w") as f:
-            f.write(" ".join(NODE_PACKAGES))
+    npm_install(NODE_DIR, NODE_PACKAGES, "tinyq-bench-systems")
 
 
 def versions():
@@ -963,15 +941,15 @@ def main():
         vers = versions()
         vers.update(services.versions())
         plan = [(n, level, w) for w in workloads for n in names for level in LEVELS]
-        results = {}
-        for r in range(size["repeats"]):
-            for key in plan:
-                one = measure_once(services, folder, key[0], key[1], key[2], size)
-                log("round %d/%d %s %s %s: %s" % (r + 1, size["repeats"], key[0], key[1], key[2],
-                                                  one.get("error") or (
-                                                      "p50 %.2f ms" % one["p50_ms"] if "p50_ms" in one
-                                                      else "%s jobs/s" % fmt_rate(one))))
-                results[key] = better(results.get(key), one)
+
+        def measure(key, r):
+            one = measure_once(services, folder, key[0], key[1], key[2], size)
+            log("round %d/%d %s %s %s: %s" % (r + 1, size["repeats"], key[0], key[1], key[2],
+                                              one.get("error") or (
+                                                  "p50 %.2f ms" % one["p50_ms"] if "p50_ms" in one
+                                                  else "%s jobs/s" % fmt_rate(one))))
+            return one
+        results = dict(zip(plan, best_of(plan, size["repeats"], measure)))
         lines = report(args, size, results, names, fsync, vers, load0, started)
     finally:
         cleanup()

@@ -29,6 +29,8 @@ import sys
 import tempfile
 import time
 
+from _common import best_of, child_error, log, npm_install
+
 BENCH = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(BENCH)
 WORK = os.path.join(BENCH, "work")
@@ -47,31 +49,12 @@ STEP_C = 1000          # ... at concurrency 1,000 (asyncio, Node; huey's consume
 STEP_THREADS = 200     # ... and 200 threads for Queue.work
 
 
-def log(msg, started=[time.monotonic()]):
-    print("  .. %s (%.0fs)" % (msg, time.monotonic() - started[0]), file=sys.stderr, flush=True)
-
-
 # --------------------------------------------------------------------------- setup
 
 def setup_huey():
     sys.path.insert(0, BENCH)
     import peers
     return peers.setup_venv()
-
-
-def setup_node():
-    stamp = os.path.join(NODE_DIR, ".stamp")
-    want = " ".join(NODE_PACKAGES)
-    if os.path.exists(stamp) and open(stamp).read() == want:
-        return
-    log("npm install %s into %s" % (want, os.path.relpath(NODE_DIR, ROOT)))
-    os.makedirs(NODE_DIR, exist_ok=True)
-    with open(os.path.join(NODE_DIR, "package.json"), "w") as f:
-        json.dump({"name": "tinyq-bench-node-peers", "private": True}, f)
-    subprocess.run(["npm", "install", "--no-audit", "--no-fund", "--loglevel=error"] + NODE_PACKAGES,
-                   cwd=NODE_DIR, check=True, stdout=subprocess.DEVNULL)
-    with open(stamp, "w") as f:
-        f.write(want)
 
 
 def export_before(rev):
@@ -248,31 +231,17 @@ def measure_once(python, spec):
             env = dict(os.environ)
         out = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=600)
         if out.returncode != 0:
-            lines = out.stderr.strip().splitlines()
-            errors = [line for line in lines if "Error" in line] or lines or ["exit %d" % out.returncode]
-            return {"error": errors[0].strip()}
+            return {"error": child_error(out.stderr, out.returncode)}
         return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def better(a, b):
-    """The better of two results of one measurement (lower time; a result beats an error)."""
-    if a is None or "error" in a:
-        return b
-    if "error" in b:
-        return a
-    key = "median_ms" if "median_ms" in a else "seconds"
-    return a if a[key] <= b[key] else b
-
-
 def measure_all(plan, repeats):
-    """Every measurement of `plan` [(python, spec, label)] `repeats` times, round-robin, so
-    that the machine's noise falls on all of them alike; the best of each."""
-    best = [None] * len(plan)
-    for r in range(repeats):
-        for i, (python, spec, label) in enumerate(plan):
-            log("%s (round %d/%d)" % (label, r + 1, repeats))
-            best[i] = better(best[i], measure_once(python, spec))
-    return best
+    """Every measurement of `plan` [(python, spec, label)], the best of `repeats` rounds."""
+    def measure(item, r):
+        python, spec, label = item
+        log("%s (round %d/%d)" % (label, r + 1, repeats))
+        return measure_once(python, spec)
+    return best_of(plan, repeats, measure)
 
 
 def rate(result):
@@ -304,7 +273,7 @@ def main():
     size = SIZES["quick" if args.quick else "full"]
     os.makedirs(WORK, exist_ok=True)
     venv_py = setup_huey()
-    setup_node()
+    npm_install(NODE_DIR, NODE_PACKAGES, "tinyq-bench-node-peers")
     current = {"python": os.path.join(ROOT, "python"), "node": os.path.join(ROOT, "node", "index.js")}
     versions = [("tinyq", current)]
     if args.before:
