@@ -181,6 +181,44 @@ fn queue_list(v: &Val) -> Result<Vec<String>> {
     Ok(queues)
 }
 
+/// A look at the store that met another connection's lock (SQLITE_BUSY, SQLITE_LOCKED:
+/// "database is locked" on a connection without busy timeout) saw nothing yet (None): the
+/// writer holding it may be committing what the wait is for, so the wait looks again at its
+/// next wake-up instead of failing. Other errors end the wait.
+fn unless_busy<T>(r: Result<T>) -> Result<Option<T>> {
+    match r {
+        Err(e) if e.busy() => Ok(None),
+        r => r.map(Some),
+    }
+}
+
+/// If another connection committed since `seen` (data_version at the last look that saw
+/// the store; None: none has), looks at the store: the queues of which a job may be
+/// claimable (Some, and `seen`, `wake_at` are updated), or None when nothing was looked at
+/// (no commit since, or the look met a lock and `seen` stays, to look again).
+fn look_if_changed(
+    conn: &Conn,
+    queues: &[String],
+    end: i64,
+    seen: &mut Option<i64>,
+    wake_at: &mut i64,
+) -> Result<Option<Vec<String>>> {
+    let Some(version) = unless_busy(conn.one_int("PRAGMA data_version", &[]))? else {
+        return Ok(None);
+    };
+    let version = version.unwrap_or(0);
+    if *seen == Some(version) {
+        return Ok(None);
+    }
+    // Another connection committed: wake if that made a job of these queues claimable, not
+    // for every commit (every waiter of the store would then try a claim).
+    let Some((ready, at)) = unless_busy(look(conn, queues, end))? else {
+        return Ok(None);
+    };
+    (*seen, *wake_at) = (Some(version), at);
+    Ok(Some(ready))
+}
+
 /// Waits until a job of one of `queues` may be claimable (those queues) or `timeout` passes
 /// (none).
 fn wait(conn: &Conn, queues: &[String], timeout: &Val) -> Result<Vec<String>> {
@@ -195,11 +233,13 @@ fn wait(conn: &Conn, queues: &[String], timeout: &Val) -> Result<Vec<String>> {
         bail!("call it from a statement that writes nothing (SELECT tq_wait(...)): inside a writing statement it would hold the write lock while it waits");
     }
     let end = time::system_ms() + timeout;
-    let version = |c: &Conn| c.one_int("PRAGMA data_version", &[]);
-    let mut seen = version(conn)?;
-    let (ready, mut wake_at) = look(conn, queues, end)?;
-    if !ready.is_empty() {
-        return Ok(ready);
+    // data_version as of the last look that saw the store (None: none has yet), and when
+    // that look said to wake by the clock alone.
+    let (mut seen, mut wake_at) = (None, end);
+    if let Some(ready) = look_if_changed(conn, queues, end, &mut seen, &mut wake_at)? {
+        if !ready.is_empty() {
+            return Ok(ready);
+        }
     }
     let mut watch = Watch::arm(conn);
     // Files written just now: maybe by a commit not yet published when `seen` was read.
@@ -217,26 +257,19 @@ fn wait(conn: &Conn, queues: &[String], timeout: &Val) -> Result<Vec<String>> {
             }
             next_beat = wall + PULSE_MS;
         }
-        let now_seen = version(conn)?;
-        if now_seen != seen {
-            // Another connection committed: wake if that made a job of these queues
-            // claimable, not for every commit (every waiter of the store would then try a
-            // claim).
-            seen = now_seen;
+        if let Some(ready) = look_if_changed(conn, queues, end, &mut seen, &mut wake_at)? {
             settle_until = 0; // the commit the event was for is published
-            let ready;
-            (ready, wake_at) = look(conn, queues, end)?;
             if !ready.is_empty() {
                 return Ok(ready);
             }
         }
         if wall >= wake_at {
             if wall >= end {
-                return Ok(Vec::new());
+                return Ok(Vec::new()); // nothing seen, or no look got past the locks
             }
-            // A due time came: the queues it was for (every one if the look cannot tell: a
-            // hint, as ever).
-            let (ready, _) = look(conn, queues, end)?;
+            // A due time came: the queues it was for (every one if the look cannot tell,
+            // locked out included: a hint, as ever).
+            let ready = unless_busy(look(conn, queues, end))?.map(|(ready, _)| ready).unwrap_or_default();
             return Ok(if ready.is_empty() { queues.to_vec() } else { ready });
         }
         match watch.as_mut() {

@@ -7,6 +7,8 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 pub const SQLITE_OK: c_int = 0;
 pub const SQLITE_ERROR: c_int = 1;
 pub const SQLITE_INTERNAL: c_int = 2;
+const SQLITE_BUSY: c_int = 5;
+const SQLITE_LOCKED: c_int = 6;
 
 /// An error as SQLite should see it: a result code and a message.
 #[derive(Debug, Clone, PartialEq)]
@@ -21,6 +23,12 @@ impl Error {
     /// Bad input from the caller (SQLITE_ERROR).
     pub fn bad(msg: impl Into<String>) -> Error {
         Error { code: SQLITE_ERROR, msg: msg.into() }
+    }
+
+    /// Another connection held a lock this one needed ("database is locked", any extended
+    /// code of SQLITE_BUSY or SQLITE_LOCKED): the same statement may succeed later.
+    pub fn busy(&self) -> bool {
+        matches!(self.code & 0xff, SQLITE_BUSY | SQLITE_LOCKED)
     }
 }
 
