@@ -251,24 +251,28 @@ pub fn plan(conn: &Conn, q: &Settings, used: &Counts, now: i64, n: i64) -> Resul
     let mut followers: Vec<(Place, String)> = vec![];
     let mut st = conn.query(
         // seq, grp and the place come from the index; the row itself is read only when picked.
-        "SELECT seq, grp, priority, run_at, id, attempt, payload, meta FROM tinyq_jobs WHERE status = 'queued' AND queue = ?1 AND parked = 0 AND run_at <= ?2
+        // A group's head comes even when not due (a clock stepped back): see below.
+        "SELECT seq, grp, priority, run_at, id, attempt, payload, meta FROM tinyq_jobs WHERE status = 'queued' AND queue = ?1 AND parked = 0
+           AND (run_at <= ?2 OR ?3 AND grp IS NOT NULL)
          ORDER BY priority DESC, run_at, seq",
-        &[&q.name, &now],
+        &[&q.name, &now, &limited],
     )?;
-    let mut walk: Option<(Place, Option<String>, Picked)> = None;
+    // The walk's next row; no row to pick for a head not due (see below).
+    let mut walk: Option<(Place, Option<String>, Option<Picked>)> = None;
     let mut walk_done = false;
     while (picked.len() as i64) < total {
         if walk.is_none() && !walk_done {
             if st.step()? {
                 let (seq, group) = (st.int(0), st.text(1));
-                let row = Picked {
+                let due = st.int(3) <= now;
+                let row = due.then(|| Picked {
                     seq,
                     id: st.text(4).unwrap_or_default(),
                     attempt: st.int(5),
                     payload: st.val(6),
                     group: group.clone(),
                     meta: st.val(7),
-                };
+                });
                 walk = Some((Place::new(st.int(2), st.int(3), seq), group, row));
             } else {
                 walk_done = true;
@@ -286,21 +290,24 @@ pub fn plan(conn: &Conn, q: &Settings, used: &Counts, now: i64, n: i64) -> Resul
             let (place, g) = followers.swap_remove(i);
             (place, Some(g), None)
         } else {
-            let (place, group, row) = walk.take().expect("walk");
-            (place, group, Some(row))
+            match walk.take().expect("walk") {
+                (place, group, Some(row)) => (place, group, Some(row)),
+                (_, group, None) => {
+                    // A head dated ahead of a clock stepped back holds back no due job of its
+                    // group: the group's first due job joins the merge in its place. (In
+                    // claim order that job comes after the head: it was not due, or it would
+                    // have been the head, unless the clock stepped back more than once.) Its
+                    // group's room is looked at when it comes out of the merge.
+                    let g = group.expect("only heads come not due");
+                    if let Some(first) = groups::next_parked(conn, &q.name, &g, None, now)? {
+                        followers.push((first, g));
+                    }
+                    continue;
+                }
+            }
         };
         if let (true, Some(g)) = (limited, &group) {
-            if !usage.contains_key(g) {
-                let u = conn
-                    .row(
-                        "SELECT running, started FROM tinyq_groups WHERE queue = ?1 AND grp = ?2",
-                        &[&q.name, g],
-                        |st| (st.int(0), st.int(1)),
-                    )?
-                    .unwrap_or((0, 0));
-                usage.insert(g.clone(), u);
-            }
-            let u = usage.get_mut(g).expect("usage");
+            let u = group_usage(conn, q, &mut usage, g)?;
             if !groups::has_room(q, u.0, u.1) {
                 continue; // a head promoted before its group filled (not expected: defensive)
             }
@@ -318,6 +325,24 @@ pub fn plan(conn: &Conn, q: &Settings, used: &Counts, now: i64, n: i64) -> Resul
         });
     }
     Ok(picked)
+}
+
+/// A group's (running, started) as the plan counts them, read once per plan.
+fn group_usage<'a>(
+    conn: &Conn,
+    q: &Settings,
+    usage: &'a mut HashMap<String, (i64, i64)>,
+    g: &str,
+) -> Result<&'a mut (i64, i64)> {
+    if !usage.contains_key(g) {
+        let u = conn
+            .row("SELECT running, started FROM tinyq_groups WHERE queue = ?1 AND grp = ?2", &[&q.name, &g], |st| {
+                (st.int(0), st.int(1))
+            })?
+            .unwrap_or((0, 0));
+        usage.insert(g.to_owned(), u);
+    }
+    Ok(usage.get_mut(g).expect("usage"))
 }
 
 fn read_picked(conn: &Conn, seq: i64, group: Option<String>) -> Result<Picked> {

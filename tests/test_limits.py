@@ -441,6 +441,66 @@ def test_LIM_02_set_aside_by_priority_and_by_group_rate(db):
     assert ids(claim(db, "p", "w1", 10)) == ["hi-a3"]
 
 
+def test_LIM_02_clock_back_a_head_not_due_does_not_hold_back_its_group(db):
+    """A group's head whose time is ahead of a clock stepped back holds back no due job of
+    its group: the claim takes the due one, and the head goes first again once the clock is
+    back past its time."""
+    pin(db, T0)
+    setq(db, "cb", group_concurrency=1)
+    add(db, "cb", id="b", group="g")                                   # due at T0
+    add(db, "cb", id="b2", group="g", delay="1s")                       # due at T0 + 1 s
+    add(db, "cb", id="a", group="g", priority=10, delay="10s")          # due at T0 + 10 s
+    add(db, "cb", id="x", priority=100)                                 # ungrouped, first
+    pin(db, T0 + 20_000)
+    assert ids(claim(db, "cb", "w1", 1)) == ["x"]      # this claim made `a` the group's head
+    assert get(db, "a")["state"] == "waiting"
+    pin(db, T0 + 5_000)                                 # the clock steps back: `a` not due
+    assert ids(claim(db, "cb", "w1", 5)) == ["b"]
+    assert claim(db, "cb", "w1", 5) == []               # the group is full
+    assert settle(db, "b", 1) == 1
+    assert ids(claim(db, "cb", "w1", 5)) == ["b2"]      # still back: the next due job
+    assert settle(db, "b2", 1) == 1
+    assert claim(db, "cb", "w1", 5) == []               # only `a` is left, not due yet
+    pin(db, T0 + 20_000)                                # the clock is back past `a`'s time
+    assert ids(claim(db, "cb", "w1", 5)) == ["a"]
+
+
+def test_LIM_02_clock_back_and_forward_the_head_goes_first_again(db):
+    """group_concurrency 2: while the clock is back the group's due job starts beside the
+    head that is not due; forward again, the head starts next, ahead of the jobs behind it."""
+    pin(db, T0)
+    setq(db, "cf", group_concurrency=2)
+    add(db, "cf", id="b", group="g")                                   # due at T0
+    add(db, "cf", id="a", group="g", priority=10, delay="10s")          # due at T0 + 10 s
+    add(db, "cf", id="c", group="g", delay="15s")                       # due at T0 + 15 s
+    add(db, "cf", id="x", priority=100)
+    pin(db, T0 + 20_000)
+    assert ids(claim(db, "cf", "w1", 1)) == ["x"]      # `a` is the head
+    pin(db, T0 + 5_000)
+    assert ids(claim(db, "cf", "w1", 1)) == ["b"]
+    assert claim(db, "cf", "w1", 5) == []               # `a` and `c` are not due
+    pin(db, T0 + 20_000)
+    assert ids(claim(db, "cf", "w1", 5)) == ["a"]       # the group's second place: `a`, not `c`
+    assert settle(db, "b", 1) == 1
+    assert ids(claim(db, "cf", "w1", 5)) == ["c"]
+
+
+def test_LIM_02_clock_back_a_group_with_no_due_job_starts_when_one_comes_due(db):
+    """A group whose remaining jobs are all ahead of a clock stepped back starts them once
+    the clock is past their time, with no other change to the group."""
+    pin(db, T0)
+    setq(db, "cn", group_concurrency=1)
+    add(db, "cn", id="h", group="g", priority=10)                       # due at T0
+    add(db, "cn", id="p", group="g", delay="10s")                       # due at T0 + 10 s
+    pin(db, T0 + 20_000)
+    assert ids(claim(db, "cn", "w1", 1)) == ["h"]
+    pin(db, T0 + 5_000)                                 # `p` is not due
+    assert settle(db, "h", 1) == 1
+    assert claim(db, "cn", "w1", 5) == []
+    pin(db, T0 + 20_000)
+    assert ids(claim(db, "cn", "w1", 5)) == ["p"]
+
+
 def test_LIM_02_claim_time_with_10000_groups_one_full(db):
     """The work of a claim past a full group, counted in VM steps (tq_statements, the store's
     own counters), not timed: a claim(1) takes fewer steps than there are set-aside jobs (it

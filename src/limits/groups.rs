@@ -7,7 +7,8 @@
 //! (a lease ends, a job comes due, a start leaves the group's rate window) marks the group
 //! `dirty` (the triggers in sql/store.sql do it for every change of a job's status); the
 //! next claim on the queue promotes the right head of each dirty group before it plans, in
-//! its own transaction.
+//! its own transaction. After the clock steps back a head may not be due: it keeps its
+//! place, and the claim's walk takes the group's first due job in its stead.
 
 use crate::settings::Settings;
 use crate::sqlite::Conn;
@@ -101,7 +102,16 @@ fn refill(conn: &Conn, q: &Settings, grp: &str, running: i64, started: i64, head
         )?,
         None => None,
     };
-    let wanted = if has_room(q, running, started) { [first, head_place].into_iter().flatten().min() } else { None };
+    // A head not due (a clock stepped back) keeps its place when it is first in claim order:
+    // the claim's walk takes the group's first due job beside it (claim::plan), and the head
+    // goes first again once due (JOB-01).
+    let room = has_room(q, running, started);
+    let mut wanted = if room { [first, head_place].into_iter().flatten().min() } else { None };
+    if room && wanted.is_none() {
+        // None due (a clock stepped back): the first parked job is the head all the same, so
+        // that the claim's walk meets it when it comes due (the group may see no change then).
+        wanted = next_parked(conn, &q.name, grp, None, i64::MAX)?;
+    }
     if head_place != wanted {
         if let Some(h) = head_place {
             conn.exec("UPDATE tinyq_jobs SET parked = 1 WHERE seq = ?1", &[&h.seq])?;
