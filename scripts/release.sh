@@ -336,7 +336,9 @@ node_windows() {
 set -o pipefail
 export WINEPREFIX="$WINE/prefix" WINEDEBUG=-all WINEDLLOVERRIDES="bcryptprimitives=n" NODE_SKIP_PLATFORM_CHECK=1
 /usr/lib/wine/wineserver64 -p60 2> /dev/null
-"$WINE64" "$NODE_WIN_DIR/node.exe" "\$@" 2> >(tr -d '\r' >&2) | tr -d '\r'
+# Its output straight through: under Wine 8.0, Node for Windows cannot open a stdout or stderr
+# that is a pipe (EBADF); callers give it files.
+exec "$WINE64" "$NODE_WIN_DIR/node.exe" "\$@"
 EOF
   chmod +x "$NODE_WIN_DIR/node"
 }
@@ -349,8 +351,9 @@ try_windows_node() {
   mkdir -p "$app/node_modules/tinyq"
   tar -xzf "$OUT/tinyq-$VERSION.tgz" -C "$app/node_modules/tinyq" --strip-components=1
   cp tests/platforms/wine_node.js "$app/"
-  out="$(cd "$app" && env -u TINYQ_EXT -u TINYQ_DRIVER "$NODE_WIN_DIR/node" wine_node.js 2> "$work/windows-node.err")" ||
-    die "windows-x86_64 npm under Wine: $out $(cat "$work/windows-node.err")"
+  (cd "$app" && env -u TINYQ_EXT -u TINYQ_DRIVER "$NODE_WIN_DIR/node" wine_node.js > "$app/out" 2> "$app/err") ||
+    die "windows-x86_64 npm under Wine: $(cat "$app/out" "$app/err" | tr -d '\r')"
+  out="$(tr -d '\r' < "$app/out")"
   echo "windows-x86_64 $out, under $("$WINE64" --version)"
 }
 
