@@ -1,8 +1,10 @@
 'use strict';
 // The npm package as a tarball: `node pack.js DEST PLATFORM-ARCH=TINYQ_SO...`, for example
 //   node pack.js ../dist linux-x64=../dist/release/linux-x86_64/tinyq.so linux-arm64=...
+//     win32-x64=../dist/release/windows-x86_64/tinyq.dll
 // Stages the files package.json lists in a fresh folder beside DEST, with each given build
-// as prebuilds/PLATFORM-ARCH/tinyq.so (what extensionPath() picks from at run time) and the
+// as prebuilds/PLATFORM-ARCH/tinyq.so (tinyq.dll for win32-*: what extensionPath() picks
+// from at run time, sql.js's packagedPath) and the
 // version read from ../Cargo.toml, the one place it is written; then runs npm pack there and
 // prints the tarball's path. `make npm-pack` packs dist/tinyq.so for this machine alone.
 const { execFileSync } = require('child_process');
@@ -41,7 +43,9 @@ function main([dest, ...builds]) {
     for (const build of builds) {
       const [target, so] = build.split(/=(.*)/s);
       fs.mkdirSync(path.join(stage, 'prebuilds', target), { recursive: true });
-      fs.copyFileSync(so, path.join(stage, 'prebuilds', target, 'tinyq.so'));
+      const file = target.startsWith('win32-') ? 'tinyq.dll' : 'tinyq.so'; // as sql.js's packagedPath
+      if (path.extname(so) !== path.extname(file)) throw new Error(`${target} takes a ${path.extname(file)}, not ${so}`);
+      fs.copyFileSync(so, path.join(stage, 'prebuilds', target, file));
     }
     delete manifest.scripts.prepack;
     manifest.files.push('docs');

