@@ -27,10 +27,15 @@ import json, sqlite3, sys, time
 conn = sqlite3.connect(sys.argv[1], timeout=0, isolation_level=None)   # no busy timeout
 conn.enable_load_extension(True)
 conn.load_extension(sys.argv[2])
+# A program's first statement reads the schema (SQLite 3.52 does so even for SELECT 1): done
+# here, before the other process takes the lock, as any program has run a query before it waits.
+conn.execute("SELECT count(*) FROM sqlite_schema").fetchone()
+print(json.dumps({"ready": True}), flush=True)
+sys.stdin.readline()                # go
+print(json.dumps({"going": True}), flush=True)
 if len(sys.argv) > 4:               # the host's bound: the progress handler stops it then
     stop_at = time.monotonic() + float(sys.argv[4])
     conn.set_progress_handler(lambda: time.monotonic() > stop_at, 1000)
-print(json.dumps({"ready": True}), flush=True)
 began = time.monotonic()
 try:
     out = {"r": conn.execute(sys.argv[3]).fetchone()[0]}
@@ -95,14 +100,27 @@ def sleeping(pid):
         return f.read().rsplit(")", 1)[1].split()[0] == "S"
 
 
-def waiter(db_path, statement, wake, *bound):
-    """A waiting process, once it has said it is ready and is asleep inside its wait (it has
-    looked at the store once by then)."""
-    proc = spawn(WAITER, db_path, EXT, statement, *bound, wake=wake)
+def ready_waiter(db_path, statement, wake, *bound):
+    """A waiting process that has read the schema and waits for go() to begin its wait."""
+    proc = spawn(WAITER, db_path, EXT, statement, *bound, wake=wake, stdin=subprocess.PIPE)
     assert json.loads(proc.stdout.readline()) == {"ready": True}, proc.stderr.read()
+    return proc
+
+
+def go(proc):
+    """Begins the wait; returns once the process is asleep inside it (it has looked at the
+    store once by then)."""
+    proc.stdin.write("go\n")
+    proc.stdin.flush()
+    assert json.loads(proc.stdout.readline()) == {"going": True}, proc.stderr.read()
     while proc.poll() is None and not sleeping(proc.pid):
         time.sleep(0.01)
     return proc
+
+
+def waiter(db_path, statement, wake, *bound):
+    """A waiting process, asleep inside its wait."""
+    return go(ready_waiter(db_path, statement, wake, *bound))
 
 
 def result(proc):
@@ -153,12 +171,11 @@ def test_HOST_01_a_wait_that_never_gets_to_look_returns_nothing_at_its_deadline(
     began to after it ended: the waiter never reads the store, and its 2 s end as a wait
     that saw nothing (0, '[]'), not with "database is locked"."""
     store(db_path, "delete").close()
+    w = ready_waiter(db_path, statement, wake)
     hold = spawn(HOLD, db_path, stdin=subprocess.PIPE)
     try:
         assert hold.stdout.readline().strip() == "locked", hold.stderr.read()
-        w = spawn(WAITER, db_path, EXT, statement, wake=wake)
-        assert json.loads(w.stdout.readline()) == {"ready": True}, w.stderr.read()
-        out = result(w)
+        out = result(go(w))
     finally:
         hold.stdin.close()
         hold.wait(timeout=60)
@@ -175,10 +192,11 @@ def test_HOST_01_a_wait_whose_first_look_met_a_lock_looks_again_once_it_is_free(
     the waiter must look again on its own, and return 1 well before its 60 s."""
     conn = store(db_path, "delete")
     add(conn, "wake", id="w1")
+    w = ready_waiter(db_path, "SELECT tq_wait('wake', '60s')", wake)
     hold = spawn(HOLD, db_path, stdin=subprocess.PIPE)
     try:
         assert hold.stdout.readline().strip() == "locked", hold.stderr.read()
-        w = waiter(db_path, "SELECT tq_wait('wake', '60s')", wake)
+        go(w)
         assert w.poll() is None, result(w)   # its look met the lock: no answer yet
         hold.stdin.close()
         assert hold.wait(timeout=60) == 0, hold.stderr.read()
@@ -195,10 +213,11 @@ def test_HOST_01_a_wait_locked_out_of_the_store_still_ends_when_the_host_asks(db
     stop after 0.5 s, and its 60 s wait ends with "interrupted" (not "database is locked",
     not after 60 s)."""
     store(db_path, "delete").close()
+    w = ready_waiter(db_path, "SELECT tq_wait('wake', '60s')", wake, "0.5")
     hold = spawn(HOLD, db_path, stdin=subprocess.PIPE)
     try:
         assert hold.stdout.readline().strip() == "locked", hold.stderr.read()
-        w = waiter(db_path, "SELECT tq_wait('wake', '60s')", wake, "0.5")
+        go(w)
         out = result(w)
     finally:
         hold.stdin.close()
