@@ -3,7 +3,7 @@
 
 use crate::settings::Settings;
 use crate::sqlite::{Conn, Result, Stmt, Val};
-use crate::timeline::next_event;
+use crate::timeline::next_event_when;
 
 /// The job fields an ending needs.
 pub struct Held {
@@ -55,7 +55,9 @@ pub fn again(
     conn.exec(
         concat!(
             "UPDATE tinyq_jobs SET",
-            next_event!(),
+            // A job back in line (its lease ran out, JOB-05) that a late settle leaves waiting
+            // changes no status: no event, so its timeline's head stays.
+            next_event_when!("status IS NOT CASE WHEN ?3 > ?6 THEN 'scheduled' ELSE 'queued' END"),
             ", status = CASE WHEN ?3 > ?6 THEN 'scheduled' ELSE 'queued' END,
              tries = ?2, run_at = ?3, error = coalesce(?4, error), note = ?5, changed_at = ?6,
              lease_until = NULL, deadline = NULL, holder = NULL, expires_at = NULL,

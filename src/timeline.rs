@@ -33,10 +33,35 @@ pub(crate) use next_event;
 /// would start for each row before testing their WHEN.
 macro_rules! next_event_ungrouped {
     () => {
-        " last_event = ifnull((SELECT seq FROM tinyq_events WHERE tinyq_jobs.seq + 0 IS NOT NULL ORDER BY seq DESC LIMIT 1), 0) + 1 "
+        concat!(" last_event = ", $crate::timeline::next_seq!(), " ")
     };
 }
 pub(crate) use next_event_ungrouped;
+
+/// `next_event!` for a statement that logs an event only when `$changes` (SQL over the row's
+/// old values) holds: the event triggers fire for a change of status or attempt alone, and a
+/// `last_event` set without its event would point at another job's (a late settle of a job
+/// back in line that leaves it waiting: held.rs).
+macro_rules! next_event_when {
+    ($changes:literal) => {
+        concat!(
+            " last_event = CASE WHEN ",
+            $changes,
+            " THEN ",
+            $crate::timeline::next_seq!(),
+            " ELSE last_event END, grp = tinyq_jobs.grp "
+        )
+    };
+}
+pub(crate) use next_event_when;
+
+/// SQL: the seq the next row of tinyq_events gets (see `next_event!`).
+macro_rules! next_seq {
+    () => {
+        "ifnull((SELECT seq FROM tinyq_events WHERE tinyq_jobs.seq + 0 IS NOT NULL ORDER BY seq DESC LIMIT 1), 0) + 1"
+    };
+}
+pub(crate) use next_seq;
 
 /// The columns of a tq_watch row, then `prev`.
 const EVENT: &str = "SELECT seq, id, queue, state, attempt, at, detail, prev FROM tinyq_events WHERE seq = ?1";

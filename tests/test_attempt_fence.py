@@ -264,3 +264,29 @@ def test_JOB_05_a_late_settle_of_a_job_back_in_line_still_counts_from_another_pr
         stalled.exit()
         stalled.close()
     db.close()
+
+
+@pytest.mark.parametrize("outcome,value", [("retry", "0ms"), ("snooze", "0ms"), ("error", "boom")])
+def test_JOB_05_a_late_settle_that_leaves_a_job_waiting_keeps_its_timeline(db, outcome, value):
+    """D's lease ran out and a claim put it back in line; the stalled worker's late settle
+    counts, and leaves D waiting (no backoff): no state changed, so no event is logged, and
+    D's timeline (tq_watch's `job`) must still be its own events, whole, with tq_check clean.
+    (The late settle once pointed D's timeline at the next event, another job's: D's next
+    events then chained into that job's, and tq_check reported the timelines.)"""
+    setq(db, "q", lease="1s", backoff="0ms")
+    add(db, "q", id="D")
+    [(jid, attempt)] = [(r["id"], r["attempt"]) for r in claim(db, "q", "stalled")]
+    add(db, "q", id="urgent", priority=10)
+    pin(db, int(one(db, "SELECT tq_now()")) + MIN)
+    assert [r["id"] for r in claim(db, "q", "w")] == ["urgent"]      # D back in line
+    assert get(db, "D")["state"] == "waiting"
+    before = [tuple(r) for r in db.execute("SELECT seq, state FROM tq_watch WHERE job = 'D'")]
+    assert settle(db, jid, attempt, outcome, value) == 1                 # late, and it counts
+    assert get(db, "D")["state"] == "waiting"
+    add(db, "q", id="other")                                             # the next event: not D's
+    claimed = [r["id"] for r in claim(db, "q", "w2", 2)]
+    assert "D" in claimed
+    timeline = [tuple(r) for r in db.execute("SELECT seq, state FROM tq_watch WHERE job = 'D'")]
+    own = [tuple(r) for r in db.execute("SELECT seq, state FROM tq_watch(0) WHERE id = 'D' ORDER BY seq")]
+    assert timeline == own and timeline[:len(before)] == before and timeline[-1][1] == "running", timeline
+    assert json.loads(one(db, "SELECT tq_check()")) == [], one(db, "SELECT tq_check()")
