@@ -459,6 +459,13 @@ def build_machine():
                 shutil.rmtree(self.dir, ignore_errors=True)
 
         # ---------------------------------------------------------------- calling
+        def job_row(self, sql, *params):
+            """A row of tinyq_jobs, or None: also when no store is there (a rolled-back
+            transaction took the store it created with it; `held` still names its jobs)."""
+            if not self.conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'tinyq_jobs'").fetchone():
+                return None
+            return self.conn.execute(sql, params).fetchone()
+
         def snapshot(self):
             c = self.conn
             tables = [r[0] for r in c.execute(
@@ -551,7 +558,7 @@ def build_machine():
             name, value = outcome
             # JOB-05: a job that ended (or was claimed again) is final for this attempt,
             # late or not: the settle is stale (0) or an error, and changes nothing.
-            row = self.conn.execute("SELECT status, attempt FROM tinyq_jobs WHERE id = ?", (job_id,)).fetchone()
+            row = self.job_row("SELECT status, attempt FROM tinyq_jobs WHERE id = ?", job_id)
             final = row is None or row[0] in ("done", "failed", "blocked") or row[1] != attempt
             before = self.snapshot() if final else None
             if value is None:
@@ -570,8 +577,8 @@ def build_machine():
             attempt, or past its `expires`; `budget` 1 makes that its last), then the
             worker settles. `settle` checks that an ended job stays as it ended."""
             job_id, attempt = data.draw(pick(self.held))
-            row = self.conn.execute("SELECT queue, lease_until FROM tinyq_jobs WHERE id = ? AND attempt = ?"
-                                    " AND status = 'running'", (job_id, attempt)).fetchone()
+            row = self.job_row("SELECT queue, lease_until FROM tinyq_jobs WHERE id = ? AND attempt = ?"
+                               " AND status = 'running'", job_id, attempt)
             if row is not None and not self.conn.in_transaction:
                 if budget is not None:
                     self.v("tq_queue", row[0], json.dumps({"attempts": budget}))
