@@ -86,13 +86,22 @@ impl Conn {
         if let Some(raw) = self.cache.borrow_mut().get_mut(&SqlKey(sql)).and_then(Vec::pop) {
             return Ok(Stmt { conn: self, sql, raw });
         }
+        let raw = self.new_statement(sql, SQLITE_PREPARE_PERSISTENT)?;
+        self.hook_cache();
+        Ok(Stmt { conn: self, sql, raw })
+    }
+
+    /// A new statement for `sql` (`flags`: sqlite3_prepare_v3's), the caller's to finalize.
+    pub(super) fn new_statement(&self, sql: &str, flags: u32) -> Result<*mut sqlite3_stmt> {
         let mut raw = std::ptr::null_mut();
+        // SAFETY: the text outlives the call; a failed prepare leaves `raw` null (finalize
+        // of null is a no-op).
         let rc = unsafe {
             sql!(prepare_v3(
                 self.db,
                 sql.as_ptr().cast::<c_char>(),
                 sql.len() as c_int,
-                SQLITE_PREPARE_PERSISTENT,
+                flags,
                 &raw mut raw,
                 std::ptr::null_mut()
             ))
@@ -102,8 +111,7 @@ impl Conn {
             unsafe { sql!(finalize(raw)) };
             return Err(e);
         }
-        self.hook_cache();
-        Ok(Stmt { conn: self, sql, raw })
+        Ok(raw)
     }
 
     /// Prepares, binds and returns a statement ready to step.

@@ -1,10 +1,8 @@
 //! The pulse a blocking call (tq_wait) runs on its connection, so that the host's interrupt
 //! and progress handler reach it (HOST-01).
 
-use std::ffi::{c_char, c_int};
-
 use super::ffi::{sql, sqlite3_stmt, SQLITE_DONE, SQLITE_ROW};
-use super::{Conn, Result, SQLITE_OK};
+use super::{Conn, Result};
 
 /// A statement that a call which blocks (tq_wait) runs on its own connection every few
 /// tens of ms: SQLite looks at sqlite3_interrupt and calls the connection's progress
@@ -24,22 +22,10 @@ const PULSE_STEPS_SQL: &str =
     "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 120) SELECT count(*) FROM n";
 
 impl Conn {
+    /// Not from the statement cache: giving a statement back resets its step count (and
+    /// adds its work to the counts the cost tests read), which the pulse must keep.
     pub fn pulse(&self) -> Result<Pulse<'_>> {
-        let mut raw = std::ptr::null_mut();
-        // SAFETY: the text outlives the call; a failed prepare leaves `raw` null.
-        let rc = unsafe {
-            sql!(prepare_v2(
-                self.db,
-                PULSE_STEPS_SQL.as_ptr().cast::<c_char>(),
-                PULSE_STEPS_SQL.len() as c_int,
-                &raw mut raw,
-                std::ptr::null_mut()
-            ))
-        };
-        if rc != SQLITE_OK || raw.is_null() {
-            return Err(self.error());
-        }
-        Ok(Pulse { conn: self, raw })
+        Ok(Pulse { conn: self, raw: self.new_statement(PULSE_STEPS_SQL, 0)? })
     }
 }
 
