@@ -46,7 +46,7 @@ print(json.dumps(out), flush=True)
 """
 
 # Holds the write lock most of the time: BEGIN EXCLUSIVE, an add to queue 'other', 20 ms,
-# COMMIT, again, until the file argv[2] exists. After commit number argv[3] (-1: never),
+# COMMIT, 10 ms free, again, until the file argv[2] exists. After commit number argv[3] (-1: never),
 # the same transaction adds job w1 to queue 'wake'. Prints each commit's number.
 CHURN = """
 import os, sqlite3, sys, time
@@ -64,6 +64,10 @@ while not os.path.exists(stop):
     conn.execute("COMMIT")
     print(i, flush=True)
     i += 1
+    # The lock free for a while, as between any writer's transactions: a writer that takes
+    # it again at once starves every reader in rollback-journal mode (SQLite has no queue),
+    # and a polling waiter, looking every 3 ms, would meet the gap only by chance.
+    time.sleep(0.01)
 """
 
 # Holds the write lock until its stdin closes, then rolls back (nothing changes).
