@@ -110,6 +110,20 @@ def test_the_npm_package_carries_the_musl_build(musl):
             assert tar.extractfile("package/prebuilds/%s/tinyq.so" % target).read() == f.read()
 
 
+def tinyq_in_python(python, tmp_path, path=None):
+    """The wheel installed for `python` (a command), run as a user would, away from the
+    repository (no PYTHONPATH but `path`, no TINYQ_EXT): the driver scenario through its
+    sqlite3 module. Returns (the environment, tinyq.extension_path() there)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "TINYQ_EXT")}
+    if path is not None:
+        env["PYTHONPATH"] = path
+    so = run(python + ["-c", "import tinyq; print(tinyq.extension_path())"], cwd=str(tmp_path), env=env).strip()
+    out = run(python + [os.path.join(ROOT, "tests", "drivers", "python", "runner.py"), "sqlite3", so, SCENARIO,
+                        str(tmp_path / "t.db")], cwd=str(tmp_path), env=env)
+    assert out.startswith("python-sqlite3: passed"), out
+    return env, so
+
+
 def test_the_musllinux_wheel_runs_in_a_musl_python(tmp_path):
     """pip of a CPython built with musl-gcc takes the musllinux wheel for this machine by itself
     (and refuses the manylinux one); tinyq.load() loads the wheel's .so into its sqlite3."""
@@ -122,16 +136,12 @@ def test_the_musllinux_wheel_runs_in_a_musl_python(tmp_path):
     refused = subprocess.run(pip + [manylinux], capture_output=True, text=True, timeout=600)
     assert refused.returncode != 0 and "is not a supported wheel on this platform" in refused.stderr, refused.stderr
     run(pip + ["--quiet", wheel])
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "TINYQ_EXT")}
-    so = run([venv_python, "-c", "import tinyq; print(tinyq.extension_path())"], cwd=str(tmp_path), env=env).strip()
+    env, so = tinyq_in_python([venv_python], tmp_path)
     assert so.startswith(str(tmp_path / "venv") + os.sep) and so.endswith("/site-packages/tinyq/tinyq.so"), so
     check = ("import sqlite3, tinyq; conn = tinyq.load(sqlite3.connect(':memory:'));"
              "print(conn.execute('SELECT tq_version()').fetchone()[0], sqlite3.sqlite_version)")
     musl_sqlite = run([MUSL_SQLITE["x86_64"][0], "--version"]).split()[0]    # the SQLite it was built on
     assert run([venv_python, "-c", check], cwd=str(tmp_path), env=env).split() == [cargo_version(), musl_sqlite]
-    out = run([venv_python, os.path.join(ROOT, "tests", "drivers", "python", "runner.py"), "sqlite3", so, SCENARIO,
-               str(tmp_path / "t.db")], cwd=str(tmp_path), env=env)
-    assert out.startswith("python-sqlite3: passed"), out
 
 
 def test_the_aarch64_musllinux_wheel_runs_in_an_aarch64_musl_python(tmp_path):
@@ -157,16 +167,11 @@ def test_the_aarch64_musllinux_wheel_runs_in_an_aarch64_musl_python(tmp_path):
     assert refused.returncode != 0 and "is not a supported wheel on this platform" in refused.stderr, refused.stderr
     installed = pip(release_file("sqlite_tinyq-%s-py3-none-musllinux_1_2_aarch64.whl"))
     assert installed.returncode == 0, installed.stderr
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "TINYQ_EXT")}
-    env["PYTHONPATH"] = str(site)
-    so = run([qemu, python, "-c", "import tinyq; print(tinyq.extension_path())"], cwd=str(tmp_path), env=env).strip()
+    env, so = tinyq_in_python([qemu, python], tmp_path, path=str(site))
     assert so == str(site / "tinyq" / "tinyq.so"), so
     check = ("import platform, sqlite3, tinyq; conn = tinyq.load(sqlite3.connect(':memory:'));"
              "print(conn.execute('SELECT tq_version()').fetchone()[0], sqlite3.sqlite_version, platform.machine())")
     assert run([qemu, python, "-c", check], cwd=str(tmp_path), env=env).split()[::2] == [cargo_version(), "aarch64"]
-    out = run([qemu, python, os.path.join(ROOT, "tests", "drivers", "python", "runner.py"), "sqlite3", so, SCENARIO,
-               str(tmp_path / "t.db")], cwd=str(tmp_path), env=env)
-    assert out.startswith("python-sqlite3: passed"), out
 
 
 @pytest.fixture
