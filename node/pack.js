@@ -4,9 +4,8 @@
 //     win32-x64=../dist/release/windows-x86_64/tinyq.dll
 // Stages the files package.json lists in a fresh folder beside DEST, with each given build
 // as prebuilds/PLATFORM-ARCH/tinyq.so (tinyq.dll for win32-*: what extensionPath() picks
-// from at run time, sql.js's packagedPath) and the
-// version read from ../Cargo.toml, the one place it is written; then runs npm pack there and
-// prints the tarball's path. `make npm-pack` packs dist/tinyq.so for this machine alone.
+// from at run time, sql.js's packagedPath) and the version read from ../Cargo.toml, the one
+// place it is written; then runs npm pack there and prints the tarball's path. `make npm-pack` packs dist/tinyq.so for this machine alone.
 const { execFileSync } = require('child_process');
 const fs = require('fs');
 const path = require('path');
